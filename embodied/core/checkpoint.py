@@ -1,0 +1,231 @@
+"""Crash-safe checkpoints: a save is either complete on disk or absent.
+
+Layout of a checkpoint directory::
+
+    directory/
+      000000001200/     one complete save, named by its integer tag
+        agent.pkl
+        replay-0000.pkl   (a saveable whose save() yields shards)
+        done
+      000000002400/
+      .tmp-...          a save in progress; ignored and removed later
+
+Each save is written into a temporary folder, every file is fsynced, and the
+folder is renamed into place, so a process killed mid-save leaves the previous
+saves intact. Only folders this class created are ever deleted: unrelated files
+in the directory are left alone. Tags are integers chosen by the caller (the
+parallel runner uses one tag for the agent, replay and logger saves of the same
+moment); without a tag, a save takes the next number after the latest.
+"""
+
+import inspect
+import os
+import pickle
+import re
+import shutil
+import uuid
+
+import elements
+
+_NAME = re.compile(r'^\d{12}$')
+
+
+class Checkpoint:
+
+    def __init__(self, directory, keep=2):
+        assert keep is None or keep >= 1, keep
+        self._directory = elements.Path(directory)
+        self._keep = keep
+        self._saveables = {}
+
+    def __setattr__(self, name, value):
+        if name.startswith('_'):
+            return super().__setattr__(name, value)
+        if not (callable(getattr(value, 'save', None)) and
+                callable(getattr(value, 'load', None))):
+            raise ValueError(
+                f"Checkpointed object '{name}' must implement save() and "
+                f"load(), got {type(value).__name__}.")
+        self._saveables[name] = value
+
+    def __getattr__(self, name):
+        if name.startswith('_'):
+            raise AttributeError(name)
+        try:
+            return self._saveables[name]
+        except KeyError:
+            raise AttributeError(name)
+
+    @property
+    def directory(self):
+        return self._directory
+
+    def tags(self):
+        """Tags of the complete saves, oldest first."""
+        return list_tags(self._directory)
+
+    def latest(self):
+        tags = self.tags()
+        return tags[-1] if tags else None
+
+    def exists(self):
+        return self.latest() is not None
+
+    def save(self, tag=None, keys=None):
+        """Writes every attached object; returns the tag of the save."""
+        if tag is None:
+            latest = self.latest()
+            tag = 0 if latest is None else latest + 1
+        tag = int(tag)
+        keys = list(self._saveables) if keys is None else keys
+        savefns = {k: self._saveables[k].save for k in keys}
+        path = self._directory / f'{tag:012d}'
+        elements.print(f'Saving checkpoint: {path}')
+        write(path, savefns)
+        self._cleanup()
+        return tag
+
+    def load(self, tag=None, keys=None):
+        """Restores the attached objects from the save `tag` (or the latest)."""
+        tag = self.latest() if tag is None else int(tag)
+        if tag is None:
+            raise FileNotFoundError(
+                f'No complete checkpoint in {self._directory}.')
+        keys = list(self._saveables) if keys is None else keys
+        path = self._directory / f'{tag:012d}'
+        elements.print(f'Loading checkpoint: {path}')
+        read(path, {k: self._saveables[k].load for k in keys})
+        return tag
+
+    def load_or_save(self):
+        """Loads the latest save if there is one, else writes a first save."""
+        if self.exists():
+            return self.load()
+        return self.save()
+
+    def _cleanup(self):
+        folder = str(self._directory)
+        for name in os.listdir(folder):
+            if name.startswith('.tmp-'):
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        if not self._keep:
+            return
+        for tag in self.tags()[:-self._keep]:
+            shutil.rmtree(os.path.join(folder, f'{tag:012d}'), True)
+
+
+def list_tags(directory):
+    directory = str(directory)
+    if not os.path.isdir(directory):
+        return []
+    tags = []
+    for name in os.listdir(directory):
+        if _NAME.match(name) and os.path.exists(
+                os.path.join(directory, name, 'done')):
+            tags.append(int(name))
+    return sorted(tags)
+
+
+def resolve(path):
+    """A save folder from a path to a save or to a checkpoint directory."""
+    path = elements.Path(path)
+    if (path / 'done').exists():
+        return path
+    tags = list_tags(path)
+    if not tags:
+        raise FileNotFoundError(
+            f'No complete checkpoint at {path}: expected a save folder with '
+            f'a done marker or a directory of saves.')
+    return path / f'{tags[-1]:012d}'
+
+
+def load(path, loadfns):
+    """Loads named entries of a save (or of the latest save in a directory)
+    into the given functions, e.g. `load(p, {'agent': agent.load})`."""
+    read(resolve(path), loadfns)
+
+
+def write(path, savefns):
+    path = elements.Path(path)
+    parent = str(path.parent)
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f'.tmp-{path.name}-{uuid.uuid4().hex[:8]}')
+    os.makedirs(tmp)
+    try:
+        for name, savefn in savefns.items():
+            data = savefn()
+            if inspect.isgenerator(data):
+                for i, shard in enumerate(data):
+                    _write_file(os.path.join(tmp, f'{name}-{i:04d}.pkl'),
+                                pickle.dumps(shard))
+            else:
+                _write_file(os.path.join(tmp, f'{name}.pkl'),
+                            pickle.dumps(data))
+        _write_file(os.path.join(tmp, 'done'), b'')
+        _fsync_dir(tmp)
+        final = str(path)
+        if os.path.exists(final):
+            # Replacing a save with the same tag: move the old one aside first
+            # so that a crash in between still leaves one complete save.
+            old = os.path.join(parent, f'.tmp-old-{uuid.uuid4().hex[:8]}')
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        _fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def read(path, loadfns):
+    path = str(path)
+    names = set(os.listdir(path))
+    for name, loadfn in loadfns.items():
+        if f'{name}.pkl' in names:
+            with open(os.path.join(path, f'{name}.pkl'), 'rb') as f:
+                loadfn(pickle.load(f))
+        elif f'{name}-0000.pkl' in names:
+            shards = sorted(
+                x for x in names
+                if re.match(rf'^{re.escape(name)}-\d{{4}}\.pkl$', x))
+
+            def generator(shards=shards):
+                for shard in shards:
+                    with open(os.path.join(path, shard), 'rb') as f:
+                        yield pickle.load(f)
+            loadfn(generator())
+        else:
+            raise KeyError(
+                f"Checkpoint {path} has no entry '{name}' "
+                f"(it has: {sorted(names - {'done'})}).")
+
+
+def write_atomic(filename, content):
+    """Writes bytes to a file so that readers see the old or the new file."""
+    filename = str(filename)
+    tmp = f'{filename}.tmp-{uuid.uuid4().hex[:8]}'
+    try:
+        _write_file(tmp, content)
+        os.replace(tmp, filename)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    _fsync_dir(os.path.dirname(filename) or '.')
+
+
+def _write_file(filename, content):
+    with open(filename, 'wb') as f:
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

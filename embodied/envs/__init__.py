@@ -1,0 +1,1 @@
+"""Environments. Suites are imported lazily by `embodied.envs.registry`."""

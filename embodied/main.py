@@ -1,0 +1,334 @@
+"""Command line entry point and the factories the runners receive.
+
+    python -m embodied.main --configs debug --script train
+    python -m embodied.run.parallel --script parallel --configs debug
+
+`--configs a b` applies config blocks in order on top of `defaults`; any other
+flag sets one config key (`--run.steps 1e4`). The factories live in this module
+(not in `__main__`) so that cloudpickle sends them to worker processes by
+reference.
+"""
+
+import difflib
+import importlib
+import os
+import sys
+from functools import partial as bind
+
+import elements
+import numpy as np
+
+import embodied
+from embodied import config as configlib
+
+SUITES = {
+    'dummy': 'embodied.envs.dummy:Dummy',
+    'cartpole': 'embodied.envs.cartpole:CartPole',
+    'gym': 'embodied.envs.from_gym:FromGym',
+    'dm': 'embodied.envs.from_dm:FromDM',
+}
+
+AGENTS = {
+    'testing': 'embodied.agents.testing:TestAgent',
+    'dreamerv3': 'embodied.agents.dreamerv3:Agent',
+}
+
+SCRIPTS = (
+    'train', 'train_eval', 'eval_only', 'parallel', 'parallel_env',
+    'parallel_envs', 'parallel_replay')
+
+
+class UsageError(Exception):
+    """A bad command line or config value; the message says which."""
+
+
+def main(argv=None):
+    try:
+        config = parse(argv)
+    except UsageError as e:
+        print(f'error: {e}', file=sys.stderr)
+        sys.exit(2)
+    run(config)
+
+
+def parse(argv=None):
+    """Turns the command line into a config, raising UsageError on bad input."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        blocks = configlib.load_blocks()
+        parsed, other = elements.Flags(configs=['defaults']).parse_known(argv)
+        config = configlib.build(parsed.configs, blocks)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(_message(e)) from None
+    config = _parse_flags(config, other)
+    _check(config)
+    config = config.update(logdir=config.logdir.format(
+        timestamp=elements.timestamp()))
+    if 'JOB_COMPLETION_INDEX' in os.environ:
+        config = config.update(replica=int(os.environ['JOB_COMPLETION_INDEX']))
+    return config
+
+
+def _parse_flags(config, argv):
+    known = set(config.flat)
+    for arg in argv:
+        if not arg.startswith('--'):
+            continue
+        name = arg[2:].split('=', 1)[0].rstrip('+')
+        if name in known or elements.Config.IS_PATTERN.fullmatch(name):
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
+        hint = f" The closest known key is '{close[0]}'." if close else ''
+        raise UsageError(f"Unknown flag '--{name}'.{hint}")
+    try:
+        return elements.Flags(config).parse(argv, help_exits=True)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(_message(e)) from None
+
+
+def _check(config):
+    if config.script not in SCRIPTS:
+        close = difflib.get_close_matches(config.script, SCRIPTS, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ''
+        raise UsageError(
+            f"Unknown --script '{config.script}'.{hint} "
+            f"Choose one of: {', '.join(SCRIPTS)}.")
+    if not config.random_agent and config.agent_impl not in AGENTS:
+        raise UsageError(
+            f"Unknown --agent_impl '{config.agent_impl}'. "
+            f"Choose one of: {', '.join(AGENTS)}.")
+    suite = config.task.split('_', 1)[0]
+    if suite not in SUITES or '_' not in config.task:
+        raise UsageError(
+            f"Unknown --task '{config.task}': expected suite_task with a suite "
+            f"in {', '.join(SUITES)} (e.g. cartpole_balance, dummy_disc, "
+            f"gym_CartPole-v1).")
+
+
+def _message(error):
+    return error.args[0] if error.args else str(error)
+
+
+def run(config):
+    """Dispatches on `config.script`."""
+    logdir = elements.Path(config.logdir)
+    print('Logdir:', logdir)
+    print('Run script:', config.script)
+    if not config.script.endswith(('_env', '_envs', '_replay')):
+        logdir.mkdir()
+        config.save(logdir / 'config.yaml')
+
+    import portal
+    portal.setup(
+        errfile=config.errfile and logdir / 'error',
+        clientkw=dict(logging_color='cyan'),
+        serverkw=dict(logging_color='cyan'),
+        initfns=[bind(_init_process, config.logger.timer)],
+        ipv6=config.ipv6,
+    )
+    args = make_args(config)
+
+    if config.script == 'train':
+        embodied.run.train(
+            bind(make_agent, config),
+            bind(make_replay, config, 'replay'),
+            bind(make_env, config),
+            bind(make_stream, config),
+            bind(make_logger, config),
+            args)
+
+    elif config.script == 'train_eval':
+        embodied.run.train_eval(
+            bind(make_agent, config),
+            bind(make_replay, config, 'replay'),
+            bind(make_replay, config, 'replay_eval', 'eval'),
+            bind(make_env, config),
+            bind(make_env, config),
+            bind(make_stream, config),
+            bind(make_logger, config),
+            args)
+
+    elif config.script == 'eval_only':
+        embodied.run.eval_only(
+            bind(make_agent, config),
+            bind(make_env, config),
+            bind(make_logger, config),
+            args)
+
+    elif config.script == 'parallel':
+        embodied.run.parallel.combined(
+            bind(make_agent, config),
+            bind(make_replay, config, 'replay'),
+            bind(make_replay, config, 'replay_eval', 'eval'),
+            bind(make_env, config),
+            bind(make_env, config),
+            bind(make_stream, config),
+            bind(make_logger, config),
+            args)
+
+    elif config.script == 'parallel_env':
+        is_eval = config.replica >= args.envs
+        embodied.run.parallel.parallel_env(
+            bind(make_env, config), config.replica, args, is_eval)
+
+    elif config.script == 'parallel_envs':
+        embodied.run.parallel.parallel_envs(
+            bind(make_env, config), bind(make_env, config), args)
+
+    elif config.script == 'parallel_replay':
+        embodied.run.parallel.parallel_replay(
+            bind(make_replay, config, 'replay'),
+            bind(make_replay, config, 'replay_eval', 'eval'),
+            bind(make_stream, config),
+            args)
+
+
+def _init_process(timer_enabled):
+    elements.timer.global_timer.enabled = timer_enabled
+
+
+def make_args(config):
+    """The slice of the config the runners see: `run` plus a few globals."""
+    return elements.Config(
+        **config.run,
+        replica=config.replica,
+        replicas=config.replicas,
+        logdir=config.logdir,
+        seed=config.seed,
+        batch_size=config.batch_size,
+        batch_length=config.batch_length,
+        report_length=config.report_length,
+        consec_train=config.consec_train,
+        consec_report=config.consec_report,
+        replay_context=config.replay_context,
+    )
+
+
+def make_agent(config):
+    env = make_env(config, 0)
+    obs_space = {
+        k: v for k, v in env.obs_space.items() if not k.startswith('log/')}
+    act_space = {k: v for k, v in env.act_space.items() if k != 'reset'}
+    env.close()
+    if config.random_agent:
+        return embodied.RandomAgent(obs_space, act_space)
+    ctor = _import(AGENTS[config.agent_impl])
+    if config.agent_impl == 'testing':
+        agent_config = elements.Config(
+            **config.testing,
+            seed=config.seed,
+            batch_size=config.batch_size,
+            batch_length=config.batch_length,
+            replay_context=config.replay_context,
+            logdir=config.logdir)
+    else:
+        agent_config = elements.Config(
+            **config.agent,
+            logdir=config.logdir,
+            seed=config.seed,
+            jax=config.jax,
+            batch_size=config.batch_size,
+            batch_length=config.batch_length,
+            replay_context=config.replay_context,
+            report_length=config.report_length,
+            replica=config.replica,
+            replicas=config.replicas)
+    return ctor(obs_space, act_space, agent_config)
+
+
+def make_logger(config):
+    step = elements.Counter()
+    logdir = config.logdir
+    suite = config.task.split('_', 1)[0]
+    multiplier = config.env.get(suite, {}).get('repeat', 1)
+    outputs = [elements.logger.TerminalOutput(config.logger.filter, 'Agent')]
+    for output in config.logger.outputs:
+        if output == 'jsonl':
+            outputs.append(elements.logger.JSONLOutput(logdir, 'metrics.jsonl'))
+            outputs.append(elements.logger.JSONLOutput(
+                logdir, 'scores.jsonl', 'episode/score'))
+        elif output == 'tensorboard':
+            outputs.append(elements.logger.TensorBoardOutput(
+                logdir, config.logger.fps))
+        elif output == 'wandb':
+            name = '/'.join(logdir.split('/')[-4:])
+            outputs.append(elements.logger.WandBOutput(name))
+        elif output == 'scope':
+            outputs.append(elements.logger.ScopeOutput(elements.Path(logdir)))
+        else:
+            raise ValueError(
+                f"Unknown logger output '{output}' in logger.outputs "
+                f"(known: jsonl, tensorboard, wandb, scope).")
+    return elements.Logger(step, outputs, multiplier)
+
+
+def make_replay(config, folder, mode='train'):
+    batlen = config.batch_length if mode == 'train' else config.report_length
+    consec = config.consec_train if mode == 'train' else config.consec_report
+    capacity = config.replay.size if mode == 'train' else config.replay.size / 10
+    length = consec * batlen + config.replay_context
+    if config.batch_size * length > capacity:
+        raise ValueError(
+            f'The {mode} replay holds {int(capacity)} steps but one batch '
+            f'needs batch_size * length = {config.batch_size} * {length} = '
+            f'{config.batch_size * length}: raise replay.size.')
+    directory = elements.Path(config.logdir) / folder
+    if config.replicas > 1:
+        directory /= f'{config.replica:05}'
+    kwargs = dict(
+        length=length, capacity=int(capacity), online=config.replay.online,
+        chunksize=config.replay.chunksize, directory=directory)
+    if config.replay.fracs.uniform < 1 and mode == 'train':
+        recency = 1.0 / np.arange(1, capacity + 1) ** config.replay.recexp
+        selectors = embodied.replay.selectors
+        kwargs['selector'] = selectors.Mixture(dict(
+            uniform=selectors.Uniform(),
+            priority=selectors.Prioritized(**config.replay.prio),
+            recency=selectors.Recency(recency),
+        ), config.replay.fracs)
+    return embodied.replay.Replay(**kwargs)
+
+
+def make_env(config, index, **overrides):
+    suite, task = config.task.split('_', 1)
+    ctor = _import(SUITES[suite])
+    kwargs = dict(config.env.get(suite, {}))
+    kwargs.update(overrides)
+    if kwargs.pop('use_seed', False):
+        kwargs['seed'] = hash((config.seed, index)) % (2 ** 32 - 1)
+    env = ctor(task, **kwargs)
+    return wrap_env(env, config)
+
+
+def wrap_env(env, config):
+    for name, space in env.act_space.items():
+        if not space.discrete:
+            env = embodied.wrappers.NormalizeAction(env, name)
+    env = embodied.wrappers.UnifyDtypes(env)
+    env = embodied.wrappers.CheckSpaces(env)
+    for name, space in env.act_space.items():
+        if not space.discrete:
+            env = embodied.wrappers.ClipAction(env, name)
+    return env
+
+
+def make_stream(config, replay, mode):
+    fn = bind(replay.sample, config.batch_size, mode)
+    stream = embodied.streams.Stateless(fn)
+    stream = embodied.streams.Consec(
+        stream,
+        length=config.batch_length if mode == 'train' else config.report_length,
+        consec=config.consec_train if mode == 'train' else config.consec_report,
+        prefix=config.replay_context,
+        strict=(mode == 'train'),
+        contiguous=True)
+    return stream
+
+
+def _import(path):
+    module, name = path.split(':')
+    return getattr(importlib.import_module(module), name)
+
+
+if __name__ == '__main__':
+    main()

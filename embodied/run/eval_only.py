@@ -1,0 +1,2 @@
+def eval_only(*args):
+    raise NotImplementedError

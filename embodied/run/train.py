@@ -1,0 +1,2 @@
+def train(*args):
+    raise NotImplementedError

@@ -1,0 +1,47 @@
+"""Shared test setup: CPU JAX, and no process of a test left behind."""
+
+import os
+import time
+
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+os.environ.setdefault('PYTHONUNBUFFERED', '1')
+
+import psutil
+import pytest
+
+
+def _children():
+    try:
+        return {
+            p.pid: p for p in psutil.Process().children(recursive=True)
+            if p.status() != psutil.STATUS_ZOMBIE}
+    except psutil.NoSuchProcess:
+        return {}
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    """Fails a test that leaves a child process of the test process alive.
+
+    Processes started with `subprocess` by the test are children too, so this
+    covers launched commands as well as portal workers.
+    """
+    before = set(_children())
+    yield
+    deadline = time.monotonic() + 10
+    leftover = {}
+    while time.monotonic() < deadline:
+        leftover = {
+            pid: p for pid, p in _children().items() if pid not in before}
+        if not leftover:
+            return
+        time.sleep(0.1)
+    names = []
+    for p in leftover.values():
+        try:
+            names.append(f'{p.pid}:{" ".join(p.cmdline())[:120]}')
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    if names:
+        pytest.fail(f'Test left processes behind: {names}')
