@@ -229,3 +229,16 @@ def _fsync_dir(directory):
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def latest_common(checkpoints):
+    """The newest tag that every given checkpoint has completely, or None.
+
+    Roles that save together (agent, replay, logger) write the same tag, so a
+    crash between their writes leaves the previous common tag to resume from.
+    """
+    common = None
+    for cp in checkpoints:
+        tags = set(cp.tags())
+        common = tags if common is None else common & tags
+    return max(common) if common else None

@@ -1,0 +1,61 @@
+"""Training from a replay at a fixed train ratio, for the single-process
+runners (the parallel runner trains in its own learner thread)."""
+
+import elements
+
+
+class RatioTrainer:
+    """A driver callback that trains `train_ratio` replayed steps per env step.
+
+        trainer = RatioTrainer(agent, replay, make_stream, args, step)
+        driver.on_step(trainer.on_step)
+    """
+
+    def __init__(self, agent, replay, make_stream, args, step):
+        self.agent = agent
+        self.replay = replay
+        self.args = args
+        self.step = step
+        self.batch_steps = args.batch_size * args.batch_length
+        self.should_train = elements.when.Ratio(
+            args.train_ratio / self.batch_steps)
+        self.stream_train = iter(agent.stream(make_stream(replay, 'train')))
+        self.stream_report = iter(agent.stream(make_stream(replay, 'report')))
+        self.carry_train = agent.init_train(args.batch_size)
+        self.carry_report = agent.init_report(args.batch_size)
+        self.agg = elements.Agg()
+        self.fps = elements.FPS()
+
+    def on_step(self, tran, worker):
+        if len(self.replay) < self.args.batch_size * self.args.batch_length:
+            return
+        for _ in range(self.should_train(self.step)):
+            with elements.timer.section('stream_next'):
+                batch = next(self.stream_train)
+            self.carry_train, outs, mets = self.agent.train(
+                self.carry_train, batch)
+            self.fps.step(self.batch_steps)
+            if 'replay' in outs:
+                self.replay.update(outs['replay'])
+            self.agg.add(mets, prefix='train')
+
+    def report(self):
+        """Report metrics over `consec_report * report_batches` batches."""
+        agg = elements.Agg()
+        for _ in range(self.args.consec_report * self.args.report_batches):
+            self.carry_report, mets = self.agent.report(
+                self.carry_report, next(self.stream_report))
+            agg.add(mets)
+        return agg.result()
+
+    def metrics(self):
+        return {**self.agg.result(), 'fps/train': self.fps.result()}
+
+
+def report_on(agent, stream, args, carry):
+    """Report metrics of the agent on batches of another stream (eval)."""
+    agg = elements.Agg()
+    for _ in range(args.consec_report * args.report_batches):
+        carry, mets = agent.report(carry, next(stream))
+        agg.add(mets)
+    return carry, agg.result()

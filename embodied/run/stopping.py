@@ -1,0 +1,49 @@
+"""Turns SIGTERM / SIGINT into a request to stop at the next safe point."""
+
+import signal
+import threading
+
+
+class StopSignal:
+    """Context manager: while active, SIGTERM and SIGINT set `self.event`
+    instead of killing the process, so a loop can save and exit cleanly.
+
+        with StopSignal() as stop:
+            while not stop.requested and step < steps:
+                ...
+        # final save here
+
+    A second signal while stopping raises KeyboardInterrupt, so an impatient
+    user can still abort. Only the main thread can install handlers; elsewhere
+    this does nothing but still offers the event.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, event=None):
+        self.event = event or threading.Event()
+        self.signum = None
+        self._previous = {}
+
+    @property
+    def requested(self):
+        return self.event.is_set()
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum, frame):
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.signum = signum
+        print(f'Received {signal.Signals(signum).name}: stopping after the '
+              f'current step and saving.', flush=True)
+        self.event.set()

@@ -1,0 +1,100 @@
+"""Helpers for tests that run the command line in a subprocess."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def env():
+    result = dict(os.environ)
+    result['JAX_PLATFORMS'] = 'cpu'
+    result['PYTHONUNBUFFERED'] = '1'
+    result['PYTHONPATH'] = str(ROOT) + os.pathsep + result.get('PYTHONPATH', '')
+    return result
+
+
+def command(*flags, module='embodied.main'):
+    return [sys.executable, '-m', module, *map(str, flags)]
+
+
+def run(*flags, timeout=240, module='embodied.main'):
+    """Runs to completion; returns CompletedProcess with text output."""
+    return subprocess.run(
+        command(*flags, module=module), cwd=ROOT, env=env(), timeout=timeout,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+class Launch:
+    """A command running in the background with its output in a file."""
+
+    def __init__(self, *flags, logfile, module='embodied.main'):
+        self.logfile = pathlib.Path(logfile)
+        self._file = open(self.logfile, 'w')
+        self.proc = subprocess.Popen(
+            command(*flags, module=module), cwd=ROOT, env=env(),
+            stdout=self._file, stderr=subprocess.STDOUT)
+
+    def output(self):
+        return self.logfile.read_text()
+
+    def wait_for(self, predicate, timeout=120, what='condition'):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f'Process exited ({self.proc.returncode}) before {what}:'
+                    f'\n{self.output()[-3000:]}')
+            time.sleep(0.1)
+        raise AssertionError(
+            f'Timed out waiting for {what}:\n{self.output()[-3000:]}')
+
+    def terminate(self, signum=signal.SIGTERM):
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout=60):
+        try:
+            code = self.proc.wait(timeout)
+        finally:
+            self._file.close()
+        return code
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._file.close()
+
+
+def metrics(logdir, filename='metrics.jsonl'):
+    path = pathlib.Path(logdir) / filename
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # A line being written right now.
+    return rows
+
+
+def latest_value(logdir, key):
+    values = [row[key] for row in metrics(logdir) if key in row]
+    return values[-1] if values else None
+
+
+def saved_tags(logdir, role):
+    folder = pathlib.Path(logdir) / 'ckpt' / role
+    if not folder.exists():
+        return []
+    return sorted(
+        int(p.name) for p in folder.iterdir()
+        if p.name.isdigit() and (p / 'done').exists())

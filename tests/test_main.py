@@ -1,0 +1,104 @@
+"""The command line: config blocks, flags, errors, and where configs live."""
+
+import pathlib
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from embodied import config as configlib
+from embodied import main
+
+import launch
+
+
+def test_defaults_have_the_original_keys():
+    config = configlib.build([])
+    for key in (
+            'logdir', 'replica', 'replicas', 'task', 'seed', 'script',
+            'batch_size', 'batch_length', 'report_length', 'consec_train',
+            'consec_report', 'replay_context', 'random_agent', 'logger',
+            'env', 'replay', 'jax'):
+        assert key in config, key
+    for key in (
+            'steps', 'duration', 'train_ratio', 'log_every', 'report_every',
+            'save_every', 'envs', 'eval_envs', 'eval_eps', 'report_batches',
+            'from_checkpoint', 'from_checkpoint_regex', 'episode_timeout',
+            'actor_addr', 'replay_addr', 'logger_addr', 'actor_batch',
+            'actor_threads', 'agent_process', 'remote_replay', 'remote_envs',
+            'usage', 'debug'):
+        assert key in config.run, key
+    assert config.run.from_checkpoint_regex == ''
+
+
+def test_blocks_apply_in_order(tmp_path):
+    config = main.parse([
+        '--configs', 'debug', 'dummy', '--run.steps', '123',
+        '--logdir', str(tmp_path / '{timestamp}')])
+    assert config.task == 'dummy_disc'
+    assert config.run.steps == 123
+    assert config.batch_size == 8
+    assert '{timestamp}' not in config.logdir
+
+
+def test_unknown_flag_names_closest_key():
+    with pytest.raises(main.UsageError) as e:
+        main.parse(['--run.step', '10'])
+    assert "'--run.step'" in str(e.value)
+    assert "'run.steps'" in str(e.value)
+
+
+def test_bad_value_names_key():
+    with pytest.raises(main.UsageError) as e:
+        main.parse(['--run.steps', 'many'])
+    assert 'run.steps' in str(e.value)
+    with pytest.raises(main.UsageError) as e:
+        main.parse(['--random_agent', 'yes'])
+    assert 'random_agent' in str(e.value)
+
+
+def test_unknown_block_script_and_task():
+    with pytest.raises(main.UsageError, match="'debgu'.*'debug'"):
+        main.parse(['--configs', 'debgu'])
+    with pytest.raises(main.UsageError, match="--script 'trian'"):
+        main.parse(['--script', 'trian'])
+    with pytest.raises(main.UsageError, match="--task 'nosuch_task'"):
+        main.parse(['--task', 'nosuch_task'])
+
+
+def test_command_line_error_exits_nonzero(tmp_path):
+    result = launch.run('--run.stesp', '10', '--logdir', tmp_path)
+    assert result.returncode == 2, result.stdout
+    assert "Unknown flag '--run.stesp'" in result.stdout
+    assert 'run.steps' in result.stdout
+    assert 'Traceback' not in result.stdout
+
+
+def test_duplicate_key_across_files_is_an_error(tmp_path):
+    (tmp_path / 'a.yaml').write_text('defaults:\n  x: 1\n')
+    (tmp_path / 'b.yaml').write_text('defaults:\n  x: 2\n')
+    with pytest.raises(ValueError, match="'x'"):
+        configlib.load_blocks(tmp_path)
+
+
+def test_configs_ship_inside_the_wheel(tmp_path):
+    """A non-editable install finds the YAML under embodied/configs."""
+    subprocess.run(
+        [sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation',
+         '-q', '-w', str(tmp_path), str(launch.ROOT)],
+        check=True, capture_output=True)
+    wheel, = tmp_path.glob('embodied-*.whl')
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        zf.extractall(tmp_path / 'site')
+    assert 'embodied/configs/defaults.yaml' in names
+    code = (
+        'import embodied.config as c, pathlib; '
+        'd = c.config_dir(); '
+        f'assert d == pathlib.Path({str(tmp_path / "site")!r}) / "embodied" / "configs", d; '
+        'assert "debug" in c.load_blocks()')
+    env = launch.env()
+    env['PYTHONPATH'] = str(tmp_path / 'site')
+    subprocess.run(
+        [sys.executable, '-c', code], check=True, env=env, cwd=tmp_path)
