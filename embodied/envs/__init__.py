@@ -1,1 +1,2 @@
-"""Environments. Suites are imported lazily by `embodied.envs.registry`."""
+"""Environments. Each suite lives in its own module and imports its third-party
+package lazily; `embodied.main.SUITES` maps task suites to constructors."""

@@ -1,0 +1,116 @@
+"""CartPole in pure numpy, with the dynamics of gymnasium's CartPole-v1."""
+
+import math
+
+import elements
+import numpy as np
+
+from embodied.core import base
+
+TASKS = ('balance',)
+
+GRAVITY = 9.8
+CART_MASS = 1.0
+POLE_MASS = 0.1
+TOTAL_MASS = CART_MASS + POLE_MASS
+POLE_HALF_LENGTH = 0.5
+POLE_MASS_LENGTH = POLE_MASS * POLE_HALF_LENGTH
+FORCE = 10.0
+TAU = 0.02
+X_LIMIT = 2.4
+THETA_LIMIT = 12 * 2 * math.pi / 360
+INIT_RANGE = 0.05
+
+
+def dynamics(state, action):
+    """One Euler step of CartPole-v1; state is (x, x_dot, theta, theta_dot)."""
+    x, x_dot, theta, theta_dot = state
+    force = FORCE if action == 1 else -FORCE
+    cos, sin = math.cos(theta), math.sin(theta)
+    temp = (force + POLE_MASS_LENGTH * theta_dot ** 2 * sin) / TOTAL_MASS
+    theta_acc = (GRAVITY * sin - cos * temp) / (
+        POLE_HALF_LENGTH * (4 / 3 - POLE_MASS * cos ** 2 / TOTAL_MASS))
+    x_acc = temp - POLE_MASS_LENGTH * theta_acc * cos / TOTAL_MASS
+    return np.array([
+        x + TAU * x_dot,
+        x_dot + TAU * x_acc,
+        theta + TAU * theta_dot,
+        theta_dot + TAU * theta_acc,
+    ], np.float64)
+
+
+def has_fallen(state):
+    x, _, theta, _ = state
+    return bool(abs(x) > X_LIMIT or abs(theta) > THETA_LIMIT)
+
+
+class CartPole(base.Env):
+    """Keep a pole upright by pushing the cart left (action 0) or right (1).
+
+    Reward is 1 per step after the reset step. Falling (|x| > 2.4 or
+    |theta| > 12 degrees) ends the episode with `is_terminal`; reaching
+    `length` steps ends it with `is_last` only.
+    """
+
+    def __init__(self, task='balance', length=500, seed=None):
+        if task not in TASKS:
+            raise ValueError(
+                f"Unknown CartPole task '{task}': choose one of "
+                f"{', '.join(TASKS)}.")
+        if not isinstance(length, (int, np.integer)) or length < 1:
+            raise ValueError(
+                f'CartPole length must be a positive int, got {length!r}.')
+        self.task = task
+        self.length = int(length)
+        self._rng = np.random.default_rng(seed)
+        self._state = np.zeros(4, np.float64)
+        self._step = 0
+        self._done = True
+
+    @property
+    def obs_space(self):
+        return {
+            'vector': elements.Space(np.float32, (4,)),
+            'reward': elements.Space(np.float32),
+            'is_first': elements.Space(bool),
+            'is_last': elements.Space(bool),
+            'is_terminal': elements.Space(bool),
+        }
+
+    @property
+    def act_space(self):
+        return {
+            'action': elements.Space(np.int32, (), 0, 2),
+            'reset': elements.Space(bool),
+        }
+
+    @property
+    def state(self):
+        """The physical state (x, x_dot, theta, theta_dot) as float64."""
+        return self._state.copy()
+
+    def step(self, action):
+        if action['reset'] or self._done:
+            self._state = self._rng.uniform(-INIT_RANGE, INIT_RANGE, 4)
+            self._step = 0
+            self._done = False
+            return self._obs(0.0, is_first=True)
+        move = np.asarray(action['action'])
+        if move.shape != () or int(move) not in (0, 1):
+            raise ValueError(
+                f'CartPole action: expected 0 (left) or 1 (right), '
+                f'got {action["action"]!r}.')
+        self._state = dynamics(self._state, int(move))
+        self._step += 1
+        fallen = has_fallen(self._state)
+        self._done = fallen or self._step >= self.length
+        return self._obs(1.0, is_last=self._done, is_terminal=fallen)
+
+    def _obs(self, reward, is_first=False, is_last=False, is_terminal=False):
+        return {
+            'vector': self._state.astype(np.float32),
+            'reward': np.float32(reward),
+            'is_first': np.bool_(is_first),
+            'is_last': np.bool_(is_last),
+            'is_terminal': np.bool_(is_terminal),
+        }
