@@ -1,0 +1,256 @@
+import math
+import threading
+
+import numpy as np
+import pytest
+
+from embodied.core import limiters
+from embodied.core.limiters import SamplesPerInsert
+
+
+# Settings that must be rejected, with a word the message has to contain.
+INVALID = [
+    ('minsize_zero', dict(samples_per_insert=1, tolerance=1, minsize=0),
+     'minsize'),
+    ('minsize_negative', dict(samples_per_insert=1, tolerance=1, minsize=-5),
+     'minsize'),
+    ('minsize_fractional', dict(samples_per_insert=1, tolerance=1, minsize=2.5),
+     'minsize'),
+    ('tolerance_zero_empty_window',
+     dict(samples_per_insert=2, tolerance=0, minsize=1), 'deadlock'),
+    ('tolerance_negative', dict(samples_per_insert=2, tolerance=-1, minsize=1),
+     'tolerance'),
+    ('tolerance_nan', dict(samples_per_insert=2, tolerance=math.nan, minsize=1),
+     'tolerance'),
+    ('tolerance_inf', dict(samples_per_insert=2, tolerance=math.inf, minsize=1),
+     'tolerance'),
+    ('ratio_negative', dict(samples_per_insert=-1, tolerance=1, minsize=1),
+     'samples_per_insert'),
+    ('ratio_nan', dict(samples_per_insert=math.nan, tolerance=1, minsize=1),
+     'samples_per_insert'),
+    ('ratio_inf', dict(samples_per_insert=math.inf, tolerance=1, minsize=1),
+     'samples_per_insert'),
+]
+
+VALID = [
+    ('dreamer_defaults', dict(
+        samples_per_insert=0.5, tolerance=64, minsize=1040)),
+    ('tolerance_below_one', dict(
+        samples_per_insert=0.5, tolerance=0.25, minsize=3)),
+    ('many_samples_per_insert', dict(
+        samples_per_insert=100, tolerance=0.01, minsize=1)),
+    ('few_samples_per_insert', dict(
+        samples_per_insert=0.01, tolerance=1, minsize=2)),
+    ('limit_off_any_tolerance', dict(
+        samples_per_insert=0, tolerance=0, minsize=1)),
+    ('numpy_numbers', dict(
+        samples_per_insert=np.float32(2), tolerance=np.int64(4),
+        minsize=np.int64(8))),
+]
+
+
+@pytest.mark.parametrize(
+    'kwargs,word', [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_rejects_settings_that_would_deadlock(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        SamplesPerInsert(**kwargs)
+
+
+@pytest.mark.parametrize(
+    'kwargs', [c[1] for c in VALID], ids=[c[0] for c in VALID])
+def test_valid_settings_never_block_both_sides(kwargs):
+    # From every reachable state at least one side may proceed.
+    limiter = SamplesPerInsert(**kwargs)
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        can_insert, can_sample = limiter.want_insert(), limiter.want_sample()
+        assert can_insert or can_sample, limiter.state()
+        if can_insert and (not can_sample or rng.random() < 0.5):
+            limiter.insert()
+        else:
+            limiter.sample()
+
+
+def test_inserts_are_free_until_minsize_then_credit():
+    limiter = SamplesPerInsert(samples_per_insert=2, tolerance=3, minsize=4)
+    for _ in range(3):
+        assert limiter.want_insert()
+        assert not limiter.want_sample()
+        limiter.insert()
+        assert limiter.avail == 0
+    limiter.insert()  # Reaches minsize: the first credited insert.
+    assert limiter.avail == 2
+    # The inserter may run `tolerance` inserts ahead: avail < 3 * 2.
+    limiter.insert()
+    limiter.insert()
+    assert limiter.avail == 6 and not limiter.want_insert()
+    # The sampler may overdraw by `tolerance` samples: avail > -3.
+    sampled = 0
+    while limiter.want_sample():
+        limiter.sample()
+        sampled += 1
+    assert sampled == 9 and limiter.avail == -3
+    assert limiter.want_insert()
+
+
+def test_disabled_limit_only_holds_minsize():
+    limiter = SamplesPerInsert(samples_per_insert=0, tolerance=1, minsize=2)
+    limiter.insert()
+    assert not limiter.want_sample()
+    limiter.insert()
+    for _ in range(100):
+        assert limiter.want_sample()
+        limiter.sample()
+    assert limiter.want_insert()
+
+
+def test_try_methods_check_and_record_atomically():
+    limiter = SamplesPerInsert(samples_per_insert=1, tolerance=1, minsize=1)
+    assert not limiter.try_sample()
+    assert limiter.try_insert()            # avail 1
+    assert not limiter.try_insert()        # 1 >= max_avail 1
+    assert limiter.try_sample()            # avail 0
+    assert limiter.try_sample()            # avail -1
+    assert not limiter.try_sample()        # -1 <= min_avail -1
+    assert limiter.state()['avail'] == -1
+
+
+def test_save_load_restores_balance_and_applies_new_ratio_to_future():
+    limiter = SamplesPerInsert(samples_per_insert=2, tolerance=10, minsize=1)
+    for _ in range(5):
+        limiter.insert()
+    limiter.sample()
+    data = limiter.save()
+    assert data == {'size': 5, 'avail': 9.0}
+    restored = SamplesPerInsert(samples_per_insert=0.5, tolerance=10, minsize=1)
+    restored.load(data)
+    assert restored.size == 5 and restored.avail == 9.0
+    restored.insert()
+    assert restored.avail == 9.5
+    with pytest.raises(KeyError, match='avail'):
+        restored.load({'size': 3})
+
+
+def test_state_and_describe_name_the_numbers():
+    limiter = SamplesPerInsert(samples_per_insert=0.5, tolerance=4, minsize=2)
+    limiter.insert()
+    state = limiter.state()
+    assert state['size'] == 1 and state['minsize'] == 2
+    assert state['avail'] == 0 and state['samples_per_insert'] == 0.5
+    assert state['min_avail'] == -4 and state['max_avail'] == 2
+    assert 'size=1/2' in limiter.describe()
+
+
+def test_ratio_holds_under_concurrent_inserters_and_samplers():
+    spi, tolerance, minsize, total = 0.5, 8, 50, 2000
+    limiter = SamplesPerInsert(spi, tolerance, minsize)
+    stop = threading.Event()
+    lock = threading.Lock()
+    counts = {'inserts': 0, 'samples': 0}
+    seen = []  # avail right after each step, read under the limiter's lock
+    errors = []
+    failed = threading.Event()
+
+    def inserter():
+        try:
+            while True:
+                with lock:
+                    if counts['inserts'] >= total:
+                        return
+                    counts['inserts'] += 1  # Reserve one insert.
+                limiters.wait(limiter.try_insert, 'insert', release=stop)
+                seen.append(limiter.avail)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+            failed.set()
+
+    def sampler():
+        try:
+            while True:
+                limiters.wait(limiter.try_sample, 'sample', release=stop)
+                with lock:
+                    counts['samples'] += 1
+                seen.append(limiter.avail)
+        except limiters.Released:
+            pass
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+            failed.set()
+
+    threads = [threading.Thread(target=inserter) for _ in range(2)]
+    threads += [threading.Thread(target=sampler) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads[:2]:
+        thread.join(timeout=60)
+    # Once the inserters are done, the samplers spend the remaining credit.
+    try:
+        limiters.wait(lambda: not limiter.want_sample(), 'drain',
+                      report_every=5, release=failed)
+    finally:
+        stop.set()
+    for thread in threads[2:]:
+        thread.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
+
+    credited = counts['inserts'] - minsize + 1
+    balance = spi * credited - counts['samples']
+    # Each side checks before its step, so it overshoots by at most one step.
+    assert -tolerance - 1 < balance <= -tolerance
+    assert min(seen) > -tolerance - 1
+    assert max(seen) < tolerance * spi + spi
+    ratio = counts['samples'] / credited
+    assert abs(ratio - spi) <= (tolerance + 1) / credited
+
+
+def test_wait_returns_at_once_when_predicate_holds():
+    assert limiters.wait(lambda: True, 'never shown') == 0.0
+
+
+def test_wait_returns_seconds_waited():
+    calls = []
+
+    def predicate():
+        calls.append(None)
+        return len(calls) >= 5
+    waited = limiters.wait(predicate, 'waiting')
+    assert waited > 0 and len(calls) == 5
+
+
+def test_wait_reports_message_time_and_info(capsys):
+    reports = []
+
+    def info():
+        reports.append(None)
+        return {'size': 3, 'avail': -1.5}
+    limiters.wait(lambda: len(reports) >= 2, 'Replay sample is waiting',
+                  info, report_every=0.02)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith('Replay sample is waiting (waited ')
+    assert 'size=3' in lines[0] and 'avail=-1.5' in lines[0]
+
+
+def test_wait_without_reports_prints_nothing(capsys):
+    calls = []
+    limiters.wait(lambda: calls.append(None) or len(calls) > 3, 'quiet',
+                  report_every=None)
+    assert capsys.readouterr().out == ''
+
+
+def test_release_unblocks_a_wait():
+    release = threading.Event()
+    outcome = []
+
+    def waiter():
+        try:
+            limiters.wait(lambda: False, 'blocked forever', release=release)
+        except limiters.Released as e:
+            outcome.append(e)
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    release.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and 'blocked forever' in str(outcome[0])
