@@ -11,12 +11,19 @@ import pytest
 
 
 def _children():
-    try:
-        return {
-            p.pid: p for p in psutil.Process().children(recursive=True)
-            if p.status() != psutil.STATUS_ZOMBIE}
-    except psutil.NoSuchProcess:
-        return {}
+    result = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            # Python's multiprocessing resource tracker is started lazily by
+            # the first spawned process and lives as long as the test process.
+            if 'resource_tracker' in ' '.join(p.cmdline()):
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        result[p.pid] = p
+    return result
 
 
 @pytest.fixture(autouse=True)

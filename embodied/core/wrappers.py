@@ -1,1 +1,453 @@
-"""Placeholder: being written."""
+"""Environment wrappers: each changes one thing about an env and declares it.
+
+A wrapper that changes what observations or actions look like also overrides
+`obs_space` / `act_space`, so the spaces always describe what passes through.
+"""
+
+import collections
+import time
+
+import elements
+import numpy as np
+
+from . import base
+
+
+class TimeLimit(base.Wrapper):
+    """Ends episodes after `duration` steps (`is_last` without `is_terminal`).
+
+    With `reset=False` the env is not reset after a cut: it keeps running and
+    its next step is only marked `is_first`. Resets the env asks for itself
+    (its own `is_last`, or the first step) still reach it. `duration` of 0 or
+    None disables the limit.
+    """
+
+    def __init__(self, env, duration, reset=True):
+        super().__init__(env)
+        self._duration = duration
+        self._reset = reset
+        self._step = 0
+        self._cut = False  # The last step was ended by the limit.
+
+    def step(self, action):
+        if self._cut and not self._reset:
+            self._step, self._cut = 0, False
+            obs = dict(self.env.step({**action, 'reset': False}))
+            obs['is_first'] = True
+            return obs
+        if action['reset'] or self._cut:
+            self._step, self._cut = 0, False
+            return self.env.step({**action, 'reset': True})
+        self._step += 1
+        obs = dict(self.env.step(action))
+        if self._duration and self._step >= self._duration and not (
+                obs['is_last']):
+            obs['is_last'] = True
+            self._cut = True
+        return obs
+
+
+class ActionRepeat(base.Wrapper):
+    """Repeats each action `repeat` times and sums the rewards."""
+
+    def __init__(self, env, repeat):
+        if int(repeat) != repeat or repeat < 1:
+            raise ValueError(
+                f'ActionRepeat: repeat must be an integer >= 1, got {repeat}.')
+        super().__init__(env)
+        self._repeat = int(repeat)
+
+    def step(self, action):
+        if action['reset']:
+            return self.env.step(action)
+        reward = 0.0
+        for _ in range(self._repeat):
+            obs = self.env.step(action)
+            reward += obs['reward']
+            if obs['is_last'] or obs['is_terminal']:
+                break
+        return {**obs, 'reward': np.float32(reward)}
+
+
+class NormalizeAction(base.Wrapper):
+    """Lets the agent act in [-1, 1] on every bounded dimension of `key`.
+
+    Dimensions with an infinite bound are passed through unchanged.
+    """
+
+    def __init__(self, env, key='action'):
+        super().__init__(env)
+        space = _act_space_of(env, key, 'NormalizeAction')
+        if space.discrete:
+            raise ValueError(
+                f"NormalizeAction: act '{key}' is discrete ({space}); "
+                f"only continuous actions can be normalized.")
+        self._key = key
+        self._space = space
+        self._mask = np.isfinite(space.low) & np.isfinite(space.high)
+        self._low = np.where(self._mask, space.low, -1)
+        self._high = np.where(self._mask, space.high, 1)
+
+    @property
+    def act_space(self):
+        low = np.where(self._mask, -1, self._space.low)
+        high = np.where(self._mask, 1, self._space.high)
+        space = elements.Space(self._space.dtype, self._space.shape, low, high)
+        return {**self.env.act_space, self._key: space}
+
+    def step(self, action):
+        value = np.asarray(action[self._key])
+        orig = (value + 1) / 2 * (self._high - self._low) + self._low
+        orig = np.where(self._mask, orig, value).astype(value.dtype)
+        return self.env.step({**action, self._key: orig})
+
+
+class ClipAction(base.Wrapper):
+    """Clips the action `key` to [low, high], keeping its dtype."""
+
+    def __init__(self, env, key='action', low=-1, high=1):
+        super().__init__(env)
+        _act_space_of(env, key, 'ClipAction')
+        self._key = key
+        self._low = low
+        self._high = high
+
+    def step(self, action):
+        value = np.asarray(action[self._key])
+        clipped = np.clip(value, self._low, self._high).astype(value.dtype)
+        return self.env.step({**action, self._key: clipped})
+
+
+class UnifyDtypes(base.Wrapper):
+    """Presents floats as float32 and integers as int32 (uint8 and bool kept).
+
+    Observations are converted on the way out, actions back to the env's own
+    dtypes on the way in.
+    """
+
+    def __init__(self, env):
+        super().__init__(env)
+        self._obs_space = {
+            k: _unify(v) for k, v in env.obs_space.items()}
+        self._act_space = {
+            k: _unify(v) for k, v in env.act_space.items()}
+        self._act_inner = _numeric_dtypes(env.act_space)
+        self._obs_outer = _numeric_dtypes(self._obs_space)
+
+    @property
+    def obs_space(self):
+        return self._obs_space
+
+    @property
+    def act_space(self):
+        return self._act_space
+
+    def step(self, action):
+        action = {
+            k: np.asarray(v, self._act_inner[k]) if k in self._act_inner
+            else v for k, v in action.items()}
+        obs = self.env.step(action)
+        return {
+            k: np.asarray(v, self._obs_outer[k]) if k in self._obs_outer
+            else v for k, v in obs.items()}
+
+
+def _numeric_dtypes(spaces):
+    return {
+        k: v.dtype for k, v in spaces.items()
+        if np.issubdtype(v.dtype, np.number) or v.dtype == bool}
+
+
+def _unify(space):
+    dtype = space.dtype
+    if np.issubdtype(dtype, np.floating):
+        target = np.dtype(np.float32)
+    elif dtype == np.uint8 or dtype == bool:
+        target = dtype
+    elif np.issubdtype(dtype, np.integer):
+        target = np.dtype(np.int32)
+    else:
+        return space
+    if target == dtype:
+        return space
+    low, high = space.low, space.high
+    if np.issubdtype(target, np.integer):
+        info = np.iinfo(target)
+        low = np.clip(low, info.min, info.max)
+        high = np.clip(high, info.min, info.max)
+    return elements.Space(target, space.shape, low, high)
+
+
+class CheckSpaces(base.Wrapper):
+    """Checks each action before and each observation after every step.
+
+    Any mismatch with the declared spaces raises a `ValueError` that names the
+    key, what was wrong, the expected space and the actual value, e.g.
+    `obs 'image': wrong shape: expected Space(uint8, shape=(64, 64, 3),
+    low=0, high=255), got float32 array of shape (64, 64) [min -1.0, max 3.2]`.
+    Integer `high` bounds are exclusive, except the dtype's own maximum.
+    """
+
+    def __init__(self, env):
+        shared = set(env.obs_space) & set(env.act_space)
+        if shared:
+            raise ValueError(
+                f'CheckSpaces: keys {sorted(shared)} are in both the obs '
+                f'and the act space.')
+        super().__init__(env)
+
+    def step(self, action):
+        check_values('action', action, self.env.act_space)
+        obs = self.env.step(action)
+        check_values('obs', obs, self.env.obs_space)
+        return obs
+
+
+def check_values(kind, values, spaces):
+    """Raises a ValueError if `values` (a dict) does not match `spaces`."""
+    if not isinstance(values, dict):
+        raise ValueError(
+            f'{kind}: expected a dict with keys {sorted(spaces)}, got '
+            f'{type(values).__name__}.')
+    for key, space in spaces.items():
+        if key not in values:
+            raise ValueError(
+                f"{kind} '{key}': missing: expected {space}, got no such key "
+                f"(keys: {sorted(values)}).")
+    for key, value in values.items():
+        if key not in spaces:
+            raise ValueError(
+                f"{kind} '{key}': not in the {kind} space: expected one of "
+                f"{sorted(spaces)}, got {_describe(value)}.")
+        problem = _mismatch(value, spaces[key])
+        if problem:
+            raise ValueError(
+                f"{kind} '{key}': {problem}: expected {spaces[key]}, got "
+                f"{_describe(value)}.")
+
+
+def _mismatch(value, space):
+    """Says what is wrong with `value` for `space`, or None if nothing."""
+    if np.issubdtype(space.dtype, np.str_):
+        if isinstance(value, str) or (
+                isinstance(value, (np.ndarray, np.generic))
+                and np.issubdtype(value.dtype, np.str_)):
+            return None
+        return 'wrong type'
+    if not isinstance(value, (np.ndarray, np.generic, bool, int, float)):
+        return 'wrong type'
+    array = np.asarray(value)
+    if array.shape != space.shape:
+        return 'wrong shape'
+    if array.dtype != space.dtype:
+        return 'wrong dtype'
+    if np.issubdtype(array.dtype, np.floating) and not np.isfinite(
+            array).all():
+        return 'not finite'
+    if (array < space.low).any():
+        return 'out of bounds'
+    if np.issubdtype(array.dtype, np.integer):
+        dtype_max = np.iinfo(array.dtype).max
+        high = np.asarray(space.high)
+        if ((array >= high) & (high < dtype_max)).any():
+            return 'out of bounds'
+    elif (array > space.high).any():
+        return 'out of bounds'
+    return None
+
+
+def _describe(value):
+    if not isinstance(value, (np.ndarray, np.generic, bool, int, float)):
+        return f'{type(value).__name__} {value!r:.80}'
+    array = np.asarray(value)
+    kind = 'array' if isinstance(value, np.ndarray) else 'scalar'
+    text = f'{array.dtype} {kind} of shape {array.shape}'
+    if array.size and (
+            np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+        text += f' [min {array.min()}, max {array.max()}]'
+    return text
+
+
+class DiscretizeAction(base.Wrapper):
+    """Turns a continuous action vector into one choice of `bins` per dim.
+
+    Bin `i` of a dimension is the `i`-th of `bins` evenly spaced values from
+    its low to its high bound (from -1 to 1 where a bound is infinite).
+    """
+
+    def __init__(self, env, key='action', bins=5):
+        super().__init__(env)
+        space = _act_space_of(env, key, 'DiscretizeAction')
+        if space.discrete or len(space.shape) != 1:
+            raise ValueError(
+                f"DiscretizeAction: act '{key}' must be a continuous vector, "
+                f"got {space}.")
+        if int(bins) != bins or bins < 2:
+            raise ValueError(
+                f'DiscretizeAction: bins must be an integer >= 2, got {bins}.')
+        finite = np.isfinite(space.low) & np.isfinite(space.high)
+        low = np.where(finite, space.low, -1)
+        high = np.where(finite, space.high, 1)
+        self._key = key
+        self._dtype = space.dtype
+        self._bins = int(bins)
+        # Shape (dims, bins): the continuous value of each bin per dimension.
+        self._values = np.linspace(low, high, self._bins, axis=-1)
+
+    @property
+    def act_space(self):
+        space = elements.Space(
+            np.int32, (len(self._values),), 0, self._bins)
+        return {**self.env.act_space, self._key: space}
+
+    def step(self, action):
+        choice = np.asarray(action[self._key])
+        if choice.shape != (len(self._values),) or (
+                (choice < 0) | (choice >= self._bins)).any():
+            raise ValueError(
+                f"DiscretizeAction: act '{self._key}' must hold "
+                f"{len(self._values)} bin indices in [0, {self._bins}), got "
+                f"{_describe(choice)}.")
+        rows = np.arange(len(self._values))
+        continuous = self._values[rows, choice.astype(int)]
+        return self.env.step(
+            {**action, self._key: continuous.astype(self._dtype)})
+
+
+class ResizeImage(base.Wrapper):
+    """Resizes image observations to `size = (height, width)`.
+
+    Pure numpy: `'nearest'` picks pixels, `'area'` averages the source pixels
+    each output pixel covers (best for shrinking). By default every obs of
+    rank 2 or 3 with another height and width is resized; `keys` picks them.
+    """
+
+    def __init__(self, env, size=(64, 64), keys=None, method='nearest'):
+        super().__init__(env)
+        if method not in ('nearest', 'area'):
+            raise ValueError(
+                f"ResizeImage: method must be 'nearest' or 'area', "
+                f"got {method!r}.")
+        self._size = tuple(int(x) for x in size)
+        if len(self._size) != 2 or min(self._size) < 1:
+            raise ValueError(
+                f'ResizeImage: size must be (height, width), got {size}.')
+        spaces = env.obs_space
+        if keys is None:
+            keys = [
+                k for k, v in spaces.items() if len(v.shape) in (2, 3)
+                and v.shape[:2] != self._size and not k.startswith('log/')]
+        for key in keys:
+            if key not in spaces or len(spaces[key].shape) not in (2, 3):
+                raise ValueError(
+                    f"ResizeImage: obs '{key}' must be an image of shape "
+                    f"(height, width[, channels]), got "
+                    f"{spaces.get(key, 'no such key')}.")
+        self._keys = list(keys)
+        self._method = method
+        self._weights = {}
+
+    @property
+    def obs_space(self):
+        spaces = dict(self.env.obs_space)
+        for key in self._keys:
+            old = spaces[key]
+            spaces[key] = elements.Space(
+                old.dtype, self._size + old.shape[2:],
+                old.low.min(), old.high.max())
+        return spaces
+
+    def step(self, action):
+        obs = dict(self.env.step(action))
+        for key in self._keys:
+            obs[key] = self._resize(np.asarray(obs[key]))
+        return obs
+
+    def _resize(self, image):
+        (h, w), (oh, ow) = image.shape[:2], self._size
+        if self._method == 'nearest':
+            # Sample at the centre of each output pixel.
+            rows = ((np.arange(oh) + 0.5) * h / oh).astype(int)
+            cols = ((np.arange(ow) + 0.5) * w / ow).astype(int)
+            return image[rows][:, cols]
+        rows = self._area_weights(h, oh)
+        cols = self._area_weights(w, ow)
+        out = np.einsum('ih,hw...,jw->ij...', rows, image.astype(np.float64),
+                        cols)
+        if np.issubdtype(image.dtype, np.integer):
+            info = np.iinfo(image.dtype)
+            out = np.clip(np.round(out), info.min, info.max)
+        return out.astype(image.dtype)
+
+    def _area_weights(self, size, outsize):
+        """Matrix (outsize, size): the share of each input in each output."""
+        if (size, outsize) not in self._weights:
+            edges = np.arange(outsize + 1) * size / outsize
+            starts, ends = edges[:-1, None], edges[1:, None]
+            pixels = np.arange(size)[None]
+            overlap = np.clip(
+                np.minimum(ends, pixels + 1) - np.maximum(starts, pixels),
+                0, None)
+            self._weights[(size, outsize)] = overlap / overlap.sum(
+                1, keepdims=True)
+        return self._weights[(size, outsize)]
+
+
+class RestartOnException(base.Wrapper):
+    """Recreates the env with `ctor()` when a step raises one of `exceptions`.
+
+    The failed step is retried on the new env as a reset. More than
+    `maxfails` failures within `window` seconds re-raise the last exception.
+    Waits `wait` seconds before each restart.
+    """
+
+    def __init__(
+            self, ctor, exceptions=(Exception,), window=300, maxfails=2,
+            wait=20):
+        if not isinstance(exceptions, (tuple, list)):
+            exceptions = (exceptions,)
+        self._ctor = ctor
+        self._exceptions = tuple(exceptions)
+        self._window = window
+        self._maxfails = maxfails
+        self._wait = wait
+        self._fails = collections.deque()
+        super().__init__(ctor())
+
+    def step(self, action):
+        while True:
+            try:
+                return self.env.step(action)
+            except self._exceptions as e:
+                self._failed(e)
+            action = {**action, 'reset': np.ones_like(action['reset'])}
+
+    def _failed(self, error):
+        now = time.monotonic()
+        self._fails.append(now)
+        while self._fails and self._fails[0] < now - self._window:
+            self._fails.popleft()
+        if len(self._fails) > self._maxfails:
+            error.add_note(
+                f'RestartOnException: the env failed {len(self._fails)} '
+                f'times within {self._window} seconds; giving up.')
+            raise error
+        print(
+            f'Restarting env after {type(error).__name__}: {error}',
+            flush=True)
+        try:
+            self.env.close()
+        except Exception:
+            pass  # The env is already broken; closing it is best effort.
+        if self._wait:
+            time.sleep(self._wait)
+        self.env = self._ctor()
+
+
+def _act_space_of(env, key, wrapper):
+    spaces = env.act_space
+    if key not in spaces:
+        raise KeyError(
+            f"{wrapper}: no act '{key}' in the act space "
+            f"(keys: {sorted(spaces)}).")
+    return spaces[key]
