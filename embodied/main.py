@@ -20,6 +20,7 @@ import numpy as np
 
 import embodied
 from embodied import config as configlib
+from embodied.run import memory
 
 SUITES = {
     'dummy': 'embodied.envs.dummy:Dummy',
@@ -45,7 +46,10 @@ class UsageError(Exception):
 def main(argv=None):
     try:
         config = parse(argv)
-    except UsageError as e:
+        if config.script in ('train', 'train_eval', 'parallel',
+                             'parallel_replay'):
+            memory.check_replay_fits(config, replay_spaces(config))
+    except (UsageError, memory.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
     run(config)
@@ -202,6 +206,22 @@ def make_args(config):
         consec_report=config.consec_report,
         replay_context=config.replay_context,
     )
+
+
+def replay_spaces(config):
+    """The spaces of one stored step: observations, actions and the replay
+    context the agent writes back (agents declare it with an optional static
+    method `replay_context_spaces(obs_space, act_space, config)`)."""
+    env = make_env(config, 0)
+    obs_space, act_space = env.obs_space, env.act_space
+    env.close()
+    spaces = {**obs_space, **act_space}
+    if not config.random_agent:
+        ctor = _import(AGENTS[config.agent_impl])
+        context = getattr(ctor, 'replay_context_spaces', None)
+        if context:
+            spaces.update(context(obs_space, act_space, config))
+    return spaces
 
 
 def make_agent(config):

@@ -102,3 +102,24 @@ def test_configs_ship_inside_the_wheel(tmp_path):
     env['PYTHONPATH'] = str(tmp_path / 'site')
     subprocess.run(
         [sys.executable, '-c', code], check=True, env=env, cwd=tmp_path)
+
+
+def test_oversized_replay_is_refused_before_allocating(tmp_path):
+    result = launch.run(
+        '--configs', 'debug', '--task', 'dummy_disc', '--replay.size', '1e12',
+        '--logdir', tmp_path / 'run', timeout=60)
+    assert result.returncode == 2, result.stdout[-2000:]
+    assert 'replay.size' in result.stdout
+    assert 'available' in result.stdout
+    assert 'Traceback' not in result.stdout
+    assert not (tmp_path / 'run' / 'replay').exists()
+
+
+def test_replay_estimate_counts_image_bytes():
+    from embodied.run import memory
+    config = main.parse(['--configs', 'debug', '--task', 'dummy_disc'])
+    spaces = main.replay_spaces(config)
+    train = memory.replay_bytes(config, spaces, 'train')
+    assert train >= config.replay.size * 64 * 64 * 3
+    with pytest.raises(memory.ReplayTooLarge, match=r'--replay.size'):
+        memory.check_replay_fits(config, spaces, available=train // 2)
