@@ -1,0 +1,22 @@
+"""The RPC layer of the parallel runner, on top of portal.
+
+* `addresses`: bind hosts (loopback unless named) and distinct free ports.
+* `sockets`: portal's server socket, hardened against malformed peers.
+* `server`: a single-process RPC server with batching and partial flushes.
+* `client`: portal's client on an event-driven socket loop; bounded
+  connects and interruptible waits.
+* `workers`: processes and threads for the roles of a launch.
+* `supervisor`: starts the workers of a launch together and watches them.
+"""
+
+from . import addresses
+from . import client
+from . import server
+from . import sockets
+from . import supervisor
+from . import workers
+from .addresses import PortTaken
+from .client import Client, Unreachable, connect, result
+from .server import Server
+from .supervisor import Supervisor, WorkerFailed
+from .workers import Process, Thread

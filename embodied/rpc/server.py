@@ -1,0 +1,408 @@
+"""An RPC server for `portal.Client`s that batches requests in one process.
+
+    server = Server('localhost:7000', 'Actor')
+    server.bind('act', policy, postfn=book_keep, batch=8, workers=2)
+    server.bind('status', status)
+    server.start()                   # serves in a background thread
+    ...
+    server.close()
+
+It speaks portal's wire format, so any `portal.Client` can call it, and it
+differs from `portal.Server` / `portal.BatchServer` where those conflict with
+a long-running, fault-tolerant run:
+
+* Batching happens in the server's own loop: no batcher process, no inner
+  server and port, no busy polling (the loop blocks until a message, a
+  finished job or a flush deadline).
+* A batched request is a dict of arrays whose first axis counts rows (one
+  request may carry several envs). A batch fires when the pending requests
+  hold at least `batch` rows, or `flush_after` seconds after the oldest
+  arrived, so a missing client never stalls the others.
+* Requests are checked against the first one accepted (keys, dtype, trailing
+  shape); a mismatch is answered with an error naming the key, expected and
+  actual, and the others are unaffected. Undecodable messages and malformed
+  frames drop that connection only. Unknown methods get an error reply.
+* An exception in a bound function answers its requests with the error and
+  is kept in `error`, for the owner to end the run with (`raise_error()`).
+* `postfn(info)` runs after the reply, one at a time, in request order; at
+  most `max_post` results wait for it, which holds new batches back.
+* `pause(name)` holds new work for a method, `answer(name, value)` replies
+  `value` to every pending and future request without calling the method
+  (used to tell clients to stop), and `idle(name)` says whether no job of
+  that method is running or waiting for its postfn.
+"""
+
+import collections
+import concurrent.futures
+import threading
+import time
+import traceback
+
+import numpy as np
+import portal
+
+from . import sockets
+
+_OK = (0).to_bytes(8, 'little')
+_UNKNOWN_METHOD = (3).to_bytes(8, 'little')
+_BAD_INPUT = (5).to_bytes(8, 'little')
+_FAILED = (4).to_bytes(8, 'little')
+
+
+class _Event:
+    """Something a worker thread hands to the loop thread."""
+
+    __slots__ = ('handler', 'args')
+
+    def __init__(self, handler, *args):
+        self.handler = handler
+        self.args = args
+
+
+class _Request:
+
+    __slots__ = ('addr', 'reqnum', 'args', 'rows', 'time')
+
+    def __init__(self, addr, reqnum, args, rows, now):
+        self.addr = addr
+        self.reqnum = reqnum
+        self.args = args
+        self.rows = rows
+        self.time = now
+
+
+class _Method:
+
+    def __init__(self, name, workfn, postfn, batch, workers, max_post):
+        self.name = name
+        self.workfn = workfn
+        self.postfn = postfn
+        self.batch = batch
+        self.workers = workers
+        self.max_post = max_post
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            workers, f'{name}_work')
+        self.postpool = postfn and concurrent.futures.ThreadPoolExecutor(
+            1, f'{name}_post')
+        self.queue = collections.deque()
+        self.rows = 0
+        self.spec = None
+        self.running = 0
+        self.ordered = collections.deque()  # Jobs awaiting their postfn.
+        self.posting = collections.deque()  # Submitted postfn futures.
+        self.paused = False
+        self.fixed = None  # Reply given instead of calling the method.
+        self.stats = collections.Counter()
+
+
+class Server:
+    """See the module docstring. `addr` may have port 0; see `port`."""
+
+    def __init__(
+            self, addr, name='Server', flush_after=0.02, ipv6=False,
+            logging=False):
+        self.name = name
+        self.flush_after = flush_after
+        self.socket = sockets.ServerSocket(
+            addr, name, ipv6=ipv6, logging=logging)
+        self.methods = {}
+        self.error = None
+        self.running = False
+        self.thread = None
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+
+    @property
+    def port(self):
+        return self.socket.port
+
+    @property
+    def connections(self):
+        return self.socket.connections
+
+    def bind(self, name, workfn, postfn=None, batch=0, workers=1, max_post=None):
+        """Serves `name`. With `postfn`, `workfn` returns `(reply, info)`."""
+        assert not self.running, 'bind before start'
+        assert name not in self.methods, name
+        assert workers >= 1 and batch >= 0, (workers, batch)
+        max_post = max_post or 2 * workers
+        self.methods[name] = _Method(
+            name, workfn, postfn, batch, workers, max_post)
+
+    def start(self):
+        assert not self.running
+        self.running = True
+        self.thread = threading.Thread(
+            target=self._loop, name=f'{self.name}Loop', daemon=True)
+        self.thread.start()
+        return self
+
+    def close(self, timeout=5):
+        if self.running:
+            self.running = False
+            self.socket.wake(None)
+            self.thread.join(timeout)
+        for method in self.methods.values():
+            method.pool.shutdown(wait=False, cancel_futures=True)
+            method.postpool and method.postpool.shutdown(wait=False)
+        self.socket.close(timeout)
+
+    def raise_error(self):
+        """Re-raises the first error of a bound function, if any."""
+        if self.error:
+            raise self.error
+
+    def pause(self, name):
+        self.methods[name].paused = True
+
+    def resume(self, name):
+        self.methods[name].paused = False
+        self.socket.wake(None)
+
+    def answer(self, name, value):
+        """Replies `value` to all pending and future `name` requests."""
+        self.methods[name].fixed = value
+        self.socket.wake(None)
+
+    def idle(self, name):
+        """Whether no `name` job is running or waiting for its postfn
+        (requests that wait in the queue have not started)."""
+        method = self.methods[name]
+        return not (method.running or method.ordered or method.posting)
+
+    def stats(self):
+        """Counters per method since the last call, plus dropped peers."""
+        result = {'dropped': self.socket.dropped}
+        for method in self.methods.values():
+            counts, method.stats = method.stats, collections.Counter()
+            for key, value in counts.items():
+                result[f'{method.name}/{key}'] = value
+        return result
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # Everything below runs in the loop thread, the only one that sends.
+
+    def _loop(self):
+        try:
+            while self.running:
+                item = self._receive(self._timeout())
+                while item is not None:
+                    self._handle(item)
+                    item = self._receive(0)
+                for method in self.methods.values():
+                    self._dispatch(method)
+        except Exception as e:
+            self.error = self.error or e
+            traceback.print_exc()
+            self.running = False
+
+    def _receive(self, timeout):
+        try:
+            return self.socket.recv(timeout)
+        except TimeoutError:
+            return None
+
+    def _timeout(self):
+        deadline = None
+        now = time.monotonic()
+        for method in self.methods.values():
+            if method.batch and method.queue and self._can_start(method):
+                due = method.queue[0].time + self.flush_after
+                deadline = due if deadline is None else min(deadline, due)
+        if deadline is None:
+            return 0.5
+        return max(0.0, deadline - now)
+
+    def _handle(self, item):
+        if isinstance(item, _Event):
+            return item.handler(*item.args)
+        if item is None:  # Woken to re-check pauses and answers.
+            return
+        addr, data = item
+        try:
+            reqnum = bytes(data[:8])
+            strlen = int.from_bytes(data[8:16], 'little')
+            name = bytes(data[16:16 + strlen]).decode('utf-8')
+            args = portal.unpack(data[16 + strlen:])
+            assert isinstance(args, list), type(args)
+        except Exception:
+            self._log(f'Dropping {addr}: undecodable message.')
+            self.socket.drop(addr)
+            return
+        method = self.methods.get(name)
+        if method is None:
+            known = ', '.join(self.methods)
+            return self._send_error(
+                addr, reqnum, _UNKNOWN_METHOD,
+                f"Unknown method '{name}' (known: {known}).")
+        method.stats['requests'] += 1
+        if method.fixed is not None:
+            return self._send(addr, reqnum, method.fixed)
+        rows = 0
+        if method.batch:
+            problem, rows = self._check(method, args)
+            if problem:
+                method.stats['rejected'] += 1
+                return self._send_error(addr, reqnum, _BAD_INPUT, problem)
+        method.queue.append(
+            _Request(addr, reqnum, args, rows, time.monotonic()))
+        method.rows += rows
+
+    def _check(self, method, args):
+        """Returns (problem or None, rows) for a batched request."""
+        prefix = f"{self.name}.{method.name}"
+        if len(args) != 1 or not isinstance(args[0], dict) or not args[0]:
+            return f'{prefix}: expected one dict of arrays.', 0
+        data = args[0]
+        spec = {}
+        rows = None
+        for key, value in data.items():
+            if not isinstance(value, np.ndarray) or value.ndim < 1:
+                return (f"{prefix}: '{key}' must be an array with a first "
+                        f"axis of rows, got {type(value).__name__} "
+                        f"{getattr(value, 'shape', '')}."), 0
+            if rows is None:
+                rows = len(value)
+            if len(value) != rows or rows < 1:
+                return (f"{prefix}: '{key}' has {len(value)} rows, expected "
+                        f"{rows} like the other keys."), 0
+            spec[key] = (value.dtype, value.shape[1:])
+        if method.spec is None:
+            method.spec = spec
+            return None, rows
+        if spec.keys() != method.spec.keys():
+            missing = sorted(method.spec.keys() - spec.keys())
+            extra = sorted(spec.keys() - method.spec.keys())
+            return (f'{prefix}: keys differ from earlier requests '
+                    f'(missing {missing}, unexpected {extra}).'), 0
+        for key, (dtype, shape) in spec.items():
+            if (dtype, shape) != method.spec[key]:
+                want_dtype, want_shape = method.spec[key]
+                return (f"{prefix}: '{key}' expected dtype {want_dtype} "
+                        f"shape {want_shape} per row, got dtype {dtype} "
+                        f"shape {shape}."), 0
+        return None, rows
+
+    def _dispatch(self, method):
+        if method.fixed is not None:
+            while method.queue:
+                request = method.queue.popleft()
+                self._send(request.addr, request.reqnum, method.fixed)
+            method.rows = 0
+            return
+        while method.queue and self._can_start(method):
+            if method.batch:
+                requests = self._take_batch(method)
+                if not requests:
+                    return
+            else:
+                requests = [method.queue.popleft()]
+            method.running += 1
+            job = method.pool.submit(self._work, method, requests)
+            job.add_done_callback(
+                lambda job, m=method, r=requests:
+                self.socket.wake(_Event(self._finish, m, r, job)))
+            if method.postfn:
+                method.ordered.append(job)
+
+    def _can_start(self, method):
+        backlog = len(method.ordered) + len(method.posting)
+        return (not method.paused and method.running < method.workers and
+                backlog < method.max_post)
+
+    def _take_batch(self, method):
+        full = method.rows >= method.batch
+        due = time.monotonic() >= method.queue[0].time + self.flush_after
+        if not (full or due):
+            return None
+        requests, rows = [], 0
+        while method.queue and rows < method.batch:
+            request = method.queue.popleft()
+            requests.append(request)
+            rows += request.rows
+        method.rows -= rows
+        method.stats['batches'] += 1
+        method.stats['rows'] += rows
+        method.stats['partial'] += int(rows < method.batch)
+        method.stats['wait_seconds'] += time.monotonic() - requests[0].time
+        return requests
+
+    def _work(self, method, requests):
+        start = time.monotonic()
+        if method.batch:
+            if len(requests) == 1:
+                data = requests[0].args[0]
+            else:
+                data = {key: np.concatenate([r.args[0][key] for r in requests])
+                        for key in requests[0].args[0]}
+            result = method.workfn(data)
+        else:
+            result = method.workfn(*requests[0].args)
+        method.stats['busy_seconds'] += time.monotonic() - start
+        return result
+
+    def _finish(self, method, requests, job):
+        method.running -= 1
+        try:
+            result = job.result()
+        except Exception as e:
+            self._failed(method, e)
+            for request in requests:
+                self._send_error(
+                    request.addr, request.reqnum, _FAILED,
+                    f'{self.name}.{method.name} failed: '
+                    f'{type(e).__name__}: {e}')
+            if method.postfn:
+                method.ordered.remove(job)
+            return
+        reply = result[0] if method.postfn else result
+        if method.batch:
+            start = 0
+            for request in requests:
+                stop = start + request.rows
+                part = {k: v[start:stop] for k, v in reply.items()}
+                self._send(request.addr, request.reqnum, part)
+                start = stop
+        else:
+            self._send(requests[0].addr, requests[0].reqnum, reply)
+        self._post(method)
+
+    def _post(self, method):
+        while method.ordered and method.ordered[0].done():
+            job = method.ordered.popleft()
+            if job.exception():
+                continue
+            future = method.postpool.submit(method.postfn, job.result()[1])
+            future.add_done_callback(
+                lambda f, m=method: self.socket.wake(_Event(self._posted, m, f)))
+            method.posting.append(future)
+
+    def _posted(self, method, future):
+        method.posting.remove(future)
+        if future.exception():
+            self._failed(method, future.exception(), 'postfn')
+
+    def _failed(self, method, error, what='method'):
+        self.error = self.error or error
+        text = ''.join(traceback.format_exception(error))
+        self._log(f'Error in {what} {method.name}:\n{text}')
+
+    def _send(self, addr, reqnum, data):
+        try:
+            self.socket.send(addr, reqnum, _OK, *portal.pack(data))
+        except Exception as e:  # The client may be gone; others continue.
+            self._log(f'Could not reply to {addr}: {type(e).__name__}: {e}')
+
+    def _send_error(self, addr, reqnum, status, message):
+        try:
+            self.socket.send(addr, reqnum, status, message.encode('utf-8'))
+        except Exception:
+            pass
+
+    def _log(self, message):
+        print(f'[{self.name}] {message}', flush=True)

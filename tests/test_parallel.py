@@ -1,0 +1,250 @@
+"""The parallel runner end to end on the command line, with the test agent.
+
+The test agent fails the run when `count` arrives out of order in a policy
+input or a train/report batch, so every run here also checks data integrity.
+"""
+
+import re
+import signal
+import time
+
+import psutil
+import pytest
+
+import launch
+
+MODULE = 'embodied.run.parallel'
+COMMON = (
+    '--configs', 'debug', '--agent_impl', 'testing', '--task', 'dummy_disc',
+    '--run.log_every', '1', '--run.report_every', '2',
+    '--replay.size', '3000', '--logger.outputs', 'jsonl')
+
+
+def start(logdir, *flags, script='parallel', name='run'):
+    return launch.Launch(
+        '--script', script, *COMMON, '--logdir', logdir, *flags,
+        logfile=logdir.parent / f'{name}.log', module=MODULE)
+
+
+class Tree:
+    """The processes a launch started, recorded while it runs."""
+
+    def __init__(self, proc):
+        self.root = psutil.Process(proc.pid)
+        self.seen = {}
+
+    def record(self):
+        try:
+            for child in self.root.children(recursive=True):
+                self.seen[child.pid] = child
+        except psutil.NoSuchProcess:
+            pass
+        return len(self.seen)
+
+    def left(self, grace=5):
+        """Processes of the launch still alive `grace` seconds after it
+        exited (children see their parent's exit a moment later)."""
+        deadline = time.monotonic() + grace
+        while True:
+            alive = [p.pid for p in self.seen.values() if _alive(p)]
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.05)
+
+
+def _alive(proc):
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def finish(run, tree, timeout=240):
+    """Waits for the launch to exit while recording its process tree."""
+    deadline = time.monotonic() + timeout
+    while run.proc.poll() is None and time.monotonic() < deadline:
+        tree.record()
+        time.sleep(0.2)
+    code = run.wait(max(1, deadline - time.monotonic()))
+    output = run.output()
+    left = tree.left()
+    assert not left, f'processes left behind: {left}'
+    return code, output
+
+
+def progress_step(output):
+    steps = re.findall(r'\[Progress\] step (\d+)/', output)
+    return int(steps[-1]) if steps else 0
+
+
+def run_to_end(logdir, *flags, timeout=300, name='run'):
+    run = start(logdir, *flags, name=name)
+    tree = Tree(run.proc)
+    try:
+        code, output = finish(run, tree, timeout)
+    finally:
+        run.kill()
+    assert code == 0, output[-4000:]
+    assert 'Traceback' not in output, output[-4000:]
+    assert tree.seen, 'the launch started no processes'
+    return output
+
+
+def test_runs_to_steps_with_ratio_saves_and_eval_split(tmp_path):
+    logdir = tmp_path / 'run'
+    output = run_to_end(
+        logdir, '--run.steps', '2000', '--run.envs', '4',
+        '--run.eval_envs', '1', '--run.save_every', '2',
+        '--run.train_ratio', '32')
+    assert 'Reached run.steps (2000)' in output
+    assert 'All workers exited.' in output
+
+    tags = {role: launch.saved_tags(logdir, role)
+            for role in ('agent', 'replay', 'logger')}
+    assert tags['agent'] == tags['replay'] == tags['logger'], tags
+    assert tags['agent'][-1] >= 2000
+    saves = re.findall(r'Saved checkpoints at step (\d+)', output)
+    assert len(saves) >= 2, 'no periodic save before the final one'
+
+    # Every train step reached the train replay, eval steps only the eval one.
+    step = launch.latest_value(logdir, 'parallel_replay/inserts')
+    assert step == tags['logger'][-1]
+    assert launch.latest_value(logdir, 'parallel_replay/eval_inserts') > 0
+    assert launch.latest_value(logdir, 'replay_eval/items') > 0
+    assert launch.latest_value(logdir, 'replay/workers') == 4
+    assert launch.latest_value(logdir, 'replay_eval/workers') == 1
+    ratio = launch.latest_value(logdir, 'limiter/train_ratio')
+    assert 0.75 * 32 <= ratio <= 1.25 * 32, ratio
+    assert launch.latest_value(logdir, 'train/train_batches') > 0
+    assert launch.latest_value(logdir, 'report/reports') > 0
+
+
+def test_agent_process_and_grouped_envs(tmp_path):
+    logdir = tmp_path / 'run'
+    output = run_to_end(
+        logdir, '--run.steps', '400', '--run.envs', '4',
+        '--run.envs_per_worker', '2', '--run.eval_envs', '0',
+        '--run.agent_process', 'True', '--run.actor_batch', '4')
+    assert 'Reached run.steps (400)' in output
+    assert launch.saved_tags(logdir, 'agent')[-1] >= 400
+    assert launch.latest_value(logdir, 'train/train_batches') > 0
+
+
+def test_sigterm_saves_exits_and_resumes(tmp_path):
+    logdir = tmp_path / 'run'
+    flags = ('--run.envs', '2', '--run.eval_envs', '0',
+             '--run.save_every', '1000')
+    run = start(logdir, '--run.steps', '1e6', *flags, name='first')
+    tree = Tree(run.proc)
+    try:
+        run.wait_for(
+            lambda: tree.record() and progress_step(run.output()) >= 250,
+            timeout=240, what='step 250')
+        run.terminate(signal.SIGTERM)
+        start_stop = time.monotonic()
+        code, output = finish(run, tree, timeout=30)
+        assert time.monotonic() - start_stop < 10, 'stop took too long'
+    finally:
+        run.kill()
+    assert code == 0, output[-4000:]
+    assert 'Traceback' not in output
+    assert 'Received a stop signal' in output
+    saved = launch.saved_tags(logdir, 'logger')[-1]
+    assert saved >= 250
+    assert launch.saved_tags(logdir, 'agent')[-1] == saved
+    assert launch.saved_tags(logdir, 'replay')[-1] == saved
+
+    output = run_to_end(
+        logdir, '--run.steps', str(saved + 200), *flags, name='second')
+    assert f'Logger resumed at step {saved}' in output
+    assert f'Replay resumed from the save at step {saved}' in output
+    assert launch.latest_value(logdir, 'train/loads') == 1
+    assert launch.saved_tags(logdir, 'logger')[-1] >= saved + 200
+
+
+def test_remote_envs_and_replay_started_as_separate_commands(tmp_path):
+    logdir = tmp_path / 'run'
+    actor, replay, logger = launch_ports(3)
+    flags = ('--run.steps', '300', '--run.envs', '2', '--run.eval_envs', '1',
+             '--run.envs_per_worker', '2',
+             '--run.actor_addr', f'localhost:{actor}',
+             '--run.replay_addr', f'localhost:{replay}',
+             '--run.logger_addr', f'localhost:{logger}')
+    runs = [
+        start(logdir, '--run.remote_envs', 'True', '--run.remote_replay',
+              'True', *flags, name='main'),
+        start(logdir, *flags, script='parallel_replay', name='replay'),
+        # The train envs in one command, the eval env (id 2) in another.
+        start(logdir, *flags, '--run.eval_envs', '0',
+              script='parallel_envs', name='envs'),
+        start(logdir, *flags, '--replica', '2', script='parallel_env',
+              name='eval_env'),
+    ]
+    trees = [Tree(run.proc) for run in runs]
+    try:
+        results = [finish(run, tree, 240) for run, tree in zip(runs, trees)]
+    finally:
+        for run in runs:
+            run.kill()
+    for code, output in results:
+        assert code == 0, output[-4000:]
+        assert 'Traceback' not in output, output[-4000:]
+    assert 'Reached run.steps (300)' in results[0][1]
+    assert launch.latest_value(logdir, 'parallel_replay/eval_inserts') > 0
+    assert launch.saved_tags(logdir, 'replay')[-1] >= 300
+
+
+def test_actor_batch_larger_than_envs_is_rejected(tmp_path):
+    logdir = tmp_path / 'run'
+    result = launch.run(
+        '--script', 'parallel', *COMMON, '--logdir', logdir,
+        '--run.envs', '2', '--run.actor_batch', '3', module=MODULE,
+        timeout=120)
+    assert result.returncode != 0
+    assert 'run.actor_batch (3) cannot exceed run.envs (2)' in result.stdout
+
+
+def launch_ports(count):
+    from embodied.rpc import addresses
+    return addresses.free_ports(count)
+
+
+@pytest.mark.parametrize('taken', [1, 2])
+def test_taken_auto_port_is_retried(monkeypatch, taken):
+    """A port another program takes between choosing and binding makes the
+    launch retry with fresh ports instead of failing."""
+    from embodied.rpc import addresses
+    from embodied.run import parallel
+
+    calls = []
+    fill_auto = addresses.fill_auto
+
+    def flaky(addrs, ipv6=False):
+        calls.append(addrs)
+        return fill_auto(addrs, ipv6)
+
+    class FakeLaunch:
+        attempts = 0
+
+        def __init__(self, factories, args):
+            self.args = args
+
+        def run(self):
+            FakeLaunch.attempts += 1
+            if FakeLaunch.attempts <= taken:
+                from embodied import rpc
+                raise rpc.WorkerFailed(
+                    'Replay', rpc.supervisor.EXIT_PORT_TAKEN)
+            return 'done'
+
+    monkeypatch.setattr(parallel.rpc.addresses, 'fill_auto', flaky)
+    monkeypatch.setattr(parallel, '_Launch', FakeLaunch)
+    import elements
+    args = elements.Config(
+        envs=2, actor_batch=-1, actor_addr='localhost:{auto}',
+        replay_addr='localhost:{auto}', logger_addr='localhost:{auto}')
+    result = parallel.combined(
+        *[lambda *a: None] * 7, args)
+    assert result == 'done'
+    assert FakeLaunch.attempts == taken + 1
+    assert len(calls) == taken + 1
