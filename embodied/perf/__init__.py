@@ -1,0 +1,2 @@
+"""Performance and learning benchmarks (run as modules, e.g.
+`python -m embodied.perf.learning`)."""
