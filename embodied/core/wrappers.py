@@ -228,32 +228,88 @@ def check_values(kind, values, spaces):
 
 def _mismatch(value, space):
     """Says what is wrong with `value` for `space`, or None if nothing."""
-    if np.issubdtype(space.dtype, np.str_):
-        if isinstance(value, str) or (
-                isinstance(value, (np.ndarray, np.generic))
-                and np.issubdtype(value.dtype, np.str_)):
-            return None
-        return 'wrong type'
-    if not isinstance(value, (np.ndarray, np.generic, bool, int, float)):
-        return 'wrong type'
-    array = np.asarray(value)
-    if array.shape != space.shape:
-        return 'wrong shape'
-    if array.dtype != space.dtype:
-        return 'wrong dtype'
-    if np.issubdtype(array.dtype, np.floating) and not np.isfinite(
-            array).all():
-        return 'not finite'
-    if (array < space.low).any():
-        return 'out of bounds'
-    if np.issubdtype(array.dtype, np.integer):
-        dtype_max = np.iinfo(array.dtype).max
+    return _SpaceCheck.of(space)(value)
+
+
+class _SpaceCheck:
+    """A check of values against one space, with the space's bounds reduced
+    once to what must really be compared: this runs for every obs and action
+    of every env step, so trivial bounds (uint8 images in [0, 255], floats
+    in [-inf, inf]) cost nothing and uniform bounds compare against min/max
+    instead of building a boolean array per step."""
+
+    _cache = {}
+
+    @classmethod
+    def of(cls, space):
+        check = cls._cache.get(id(space))
+        if check is None or check.space is not space:
+            check = cls(space)
+            cls._cache[id(space)] = check
+        return check
+
+    def __init__(self, space):
+        self.space = space
+        self.text = np.issubdtype(space.dtype, np.str_)
+        if self.text:
+            return
+        dtype = space.dtype
+        self.floating = np.issubdtype(dtype, np.floating)
+        low = np.asarray(space.low)
         high = np.asarray(space.high)
-        if ((array >= high) & (high < dtype_max)).any():
-            return 'out of bounds'
-    elif (array > space.high).any():
-        return 'out of bounds'
-    return None
+        if np.issubdtype(dtype, np.integer):
+            # Integer highs are exclusive, except the dtype's own maximum.
+            info = np.iinfo(dtype)
+            high = np.where(high < info.max, high - 1, info.max)
+            trivial_low, trivial_high = low <= info.min, high >= info.max
+        elif dtype == bool:
+            trivial_low = trivial_high = np.ones_like(low, bool)
+        else:
+            trivial_low, trivial_high = low == -np.inf, high == np.inf
+        self.low = self._reduce(low, trivial_low)
+        self.high = self._reduce(high, trivial_high)
+
+    @staticmethod
+    def _reduce(bound, trivial):
+        if trivial.all():
+            return None
+        if bound.size and (bound == bound.flat[0]).all():
+            return bound.flat[0]
+        return bound
+
+    def __call__(self, value):
+        space = self.space
+        if self.text:
+            if isinstance(value, str) or (
+                    isinstance(value, (np.ndarray, np.generic))
+                    and np.issubdtype(value.dtype, np.str_)):
+                return None
+            return 'wrong type'
+        if not isinstance(value, (np.ndarray, np.generic, bool, int, float)):
+            return 'wrong type'
+        array = np.asarray(value)
+        if array.shape != space.shape:
+            return 'wrong shape'
+        if array.dtype != space.dtype:
+            return 'wrong dtype'
+        if not array.size:
+            return None
+        if self.floating and not np.isfinite(array.sum()):
+            if not np.isfinite(array).all():
+                return 'not finite'
+        if self.low is not None:
+            if np.ndim(self.low) == 0:
+                if array.min() < self.low:
+                    return 'out of bounds'
+            elif (array < self.low).any():
+                return 'out of bounds'
+        if self.high is not None:
+            if np.ndim(self.high) == 0:
+                if array.max() > self.high:
+                    return 'out of bounds'
+            elif (array > self.high).any():
+                return 'out of bounds'
+        return None
 
 
 def _describe(value):
