@@ -1,0 +1,23 @@
+"""DreamerV3 (Hafner et al., Nature 2025), written from the paper on the
+`embodied.jax` agent base: `embodied.agents.dreamerv3:Agent`.
+
+Modules: `networks` (encoder, decoder, MLP heads), `rssm` (the recurrent
+state-space model), `returns` (lambda-returns, EMA normalisers), `model`
+(the losses and the pure train/policy/report functions), `settings` (checks
+the `agent` config block), `agent` (the embodied.Agent).
+
+The config keys are the original's `agent` block (configs/dreamerv3.yaml).
+Values this implementation does not support raise `UnsupportedConfig`:
+encoder/decoder types other than `simple`, dynamics other than `rssm`,
+`policy_dist_disc` other than `categorical`, `policy_dist_cont` other than
+`bounded_normal`, `report_gradnorms True`; `jax.compute_dtype float16` (it
+would need loss scaling) and `jax.coordinator_address` (multi-host) raise in
+`embodied.jax`. Reports hold the loss metrics; they do not render open-loop
+videos.
+"""
+
+from .agent import Agent
+from .model import DreamerModel
+from .settings import UnsupportedConfig
+
+__all__ = ['Agent', 'DreamerModel', 'UnsupportedConfig']

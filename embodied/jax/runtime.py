@@ -1,0 +1,183 @@
+"""Process-wide JAX setup from the `jax` config block: platform, devices,
+compute dtype, compilation cache.
+
+JAX reads most of these settings once, when its first backend starts, so
+`setup()` must run before anything else in the process touches a device. It
+returns a `Runtime` that says which devices the policy and the learner use.
+"""
+
+import dataclasses
+import os
+import pathlib
+import threading
+
+PLATFORMS = ('auto', 'cpu', 'cuda', 'gpu', 'tpu')
+DTYPES = ('auto', 'float32', 'bfloat16')  # float16 would need loss scaling
+
+_lock = threading.Lock()
+_applied = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """What `setup()` decided: where the policy and the learner run."""
+    platform: str
+    compute_dtype: object
+    policy_devices: tuple
+    train_devices: tuple
+    jit: bool
+    debug: bool
+    cache_dir: str
+    enable_policy: bool = True
+
+
+class PlatformError(RuntimeError):
+    """The requested JAX platform or devices are not available."""
+
+
+def setup(jaxcfg, logdir=None):
+    """Configures JAX for this process and returns the Runtime.
+
+    `jaxcfg` holds the original's keys: platform, compute_dtype,
+    policy_devices, train_devices, mock_devices, prealloc, jit, debug.
+    """
+    _check_choice('jax.platform', jaxcfg.platform, PLATFORMS)
+    if getattr(jaxcfg, 'coordinator_address', ''):
+        raise NotImplementedError(
+            'jax.coordinator_address (multi-host training) is not supported; '
+            'leave it empty.')
+    _check_choice('jax.compute_dtype', jaxcfg.compute_dtype, DTYPES)
+    with _lock:
+        _configure_before_start(jaxcfg)
+        import jax
+        cache_dir = _enable_cache(jax, logdir)
+        if jaxcfg.debug:
+            jax.config.update('jax_disable_most_optimizations', True)
+        devices = _devices(jax, jaxcfg.platform)
+    platform = devices[0].platform
+    expect = getattr(jaxcfg, 'expect_devices', 0)
+    if expect and len(devices) != expect:
+        raise PlatformError(
+            f'jax.expect_devices is {expect} but JAX found {len(devices)} '
+            f'{platform} devices.')
+    policy = _pick(devices, jaxcfg.policy_devices, 'jax.policy_devices')
+    train = _pick(devices, jaxcfg.train_devices, 'jax.train_devices')
+    return Runtime(
+        platform=platform,
+        compute_dtype=_dtype(jax, jaxcfg.compute_dtype, platform),
+        policy_devices=policy,
+        train_devices=train,
+        jit=bool(jaxcfg.jit),
+        debug=bool(jaxcfg.debug),
+        cache_dir=cache_dir,
+        enable_policy=bool(getattr(jaxcfg, 'enable_policy', True)))
+
+
+def _check_choice(key, value, choices):
+    if value not in choices:
+        raise ValueError(
+            f"Unsupported {key} '{value}'; choose one of {', '.join(choices)}.")
+
+
+def _configure_before_start(jaxcfg):
+    """Sets what JAX only reads when its backends start (first device use)."""
+    settings = dict(
+        platform=jaxcfg.platform, mock=int(jaxcfg.mock_devices),
+        prealloc=bool(jaxcfg.prealloc))
+    if _applied:
+        if settings['mock'] != _applied['mock'] and _backend_started():
+            raise PlatformError(
+                f'jax.mock_devices {settings["mock"]} asked for, but JAX '
+                f'already started in this process with mock_devices '
+                f'{_applied["mock"]}; device settings apply once per process.')
+        return
+    _applied.update(settings)
+    if not jaxcfg.prealloc:
+        os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
+    import jax
+    if jaxcfg.platform != 'auto' and not _backend_started():
+        platform = 'cuda' if jaxcfg.platform == 'gpu' else jaxcfg.platform
+        if 'JAX_PLATFORMS' not in os.environ:
+            jax.config.update('jax_platforms', platform)
+    if jaxcfg.mock_devices:
+        if _backend_started():
+            import jax
+            count = len(jax.devices('cpu'))
+            if count < jaxcfg.mock_devices:
+                raise PlatformError(
+                    f'jax.mock_devices {jaxcfg.mock_devices} asked for, but '
+                    f'JAX already started in this process with {count} CPU '
+                    f'devices; set it before JAX first runs (a new process).')
+        else:
+            jax.config.update('jax_num_cpu_devices', int(jaxcfg.mock_devices))
+
+
+def _backend_started():
+    try:
+        from jax._src import xla_bridge
+        return bool(xla_bridge._backends)
+    except (ImportError, AttributeError):
+        return False
+
+
+def _devices(jax, platform):
+    try:
+        if jax.config.jax_num_cpu_devices > 1 or platform == 'cpu':
+            return jax.devices('cpu')
+        if platform == 'auto':
+            return jax.devices()
+        return jax.devices('cuda' if platform == 'gpu' else platform)
+    except RuntimeError as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise PlatformError(
+            f"jax.platform is '{platform}' but JAX cannot use it here "
+            f"({first}). Install the matching jax build or pass "
+            f"--jax.platform cpu.") from None
+
+
+def _pick(devices, indices, key):
+    chosen = []
+    for index in indices:
+        if not 0 <= index < len(devices):
+            raise PlatformError(
+                f'{key} names device {index}, but only {len(devices)} '
+                f'{devices[0].platform} devices exist (set jax.mock_devices '
+                f'to fake more on CPU).')
+        chosen.append(devices[index])
+    if not chosen:
+        raise ValueError(f'{key} is empty; name at least one device.')
+    return tuple(chosen)
+
+
+def _dtype(jax, name, platform):
+    import jax.numpy as jnp
+    if name == 'auto':
+        return jnp.float32 if platform == 'cpu' else jnp.bfloat16
+    return getattr(jnp, name)
+
+
+def _enable_cache(jax, logdir):
+    """A persistent compilation cache shared by runs and tests.
+
+    $EMBODIED_JAX_CACHE, else ~/.cache/embodied/jax (else the logdir when the
+    home folder cannot be written). Reruns load compiled programs from it.
+    """
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return current
+    candidates = []
+    if os.environ.get('EMBODIED_JAX_CACHE'):
+        candidates.append(os.environ['EMBODIED_JAX_CACHE'])
+    candidates.append(str(pathlib.Path('~/.cache/embodied/jax').expanduser()))
+    if logdir and '://' not in str(logdir):
+        candidates.append(str(pathlib.Path(str(logdir)).expanduser() / 'jaxcache'))
+    for path in candidates:
+        try:
+            pathlib.Path(path).mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        jax.config.update('jax_compilation_cache_dir', path)
+        jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
+        jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+        return path
+    return ''

@@ -1,0 +1,197 @@
+"""Learning benchmark: DreamerV3 on cartpole_balance with the parallel runner.
+
+    python -m embodied.perf.learning --duration 3600 --logdir /tmp/cartpole
+    python -m embodied.perf.learning --script train -- --agent.opt.lr 1e-4
+
+Launches `embodied.main --configs cartpole` (extra flags after `--` are passed
+on), follows the run's `scores.jsonl` and `metrics.jsonl` as they grow, and
+prints the score (mean of the last 20 episodes) against env steps and wall time
+(compilation included), with train and env steps per second. At the end it
+writes `learning.json` and `learning.png` into the logdir. `--analyze` redoes
+the summary from a finished benchmark's `learning.json`.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from . import png
+
+WINDOW = 20
+TARGET = 400
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--script', default='parallel')
+    parser.add_argument('--duration', type=float, default=3600)
+    parser.add_argument('--logdir', default='')
+    parser.add_argument('--configs', default='cartpole')
+    parser.add_argument('--every', type=float, default=60,
+                        help='seconds between progress lines')
+    parser.add_argument('--analyze', default='',
+                        help='summarise an existing learning.json')
+    args, extra = parser.parse_known_args(argv)
+    extra = [x for x in extra if x != '--']
+    if args.analyze:
+        path = pathlib.Path(args.analyze)
+        record = json.loads(path.read_text())
+        plot(record, path.parent)
+        summarize(record)
+        return
+    logdir = pathlib.Path(args.logdir or f'/tmp/embodied-learning-{int(time.time())}')
+    record = run(logdir, args, extra)
+    (logdir / 'learning.json').write_text(json.dumps(record))
+    plot(record, logdir)
+    summarize(record)
+    print(f'Wrote learning.json, learning.png and learning_steps.png to '
+          f'{logdir}.')
+
+
+def run(logdir, args, extra):
+    command = [
+        sys.executable, '-m', 'embodied.main', '--configs', *args.configs.split(),
+        '--agent_impl', 'dreamerv3', '--script', args.script,
+        '--logdir', str(logdir), '--run.duration', str(args.duration), *extra]
+    print('Running:', ' '.join(command), flush=True)
+    logdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED='1')
+    env.setdefault('JAX_PLATFORMS', 'cpu')
+    start = time.monotonic()
+    scores = Follower(logdir / 'scores.jsonl')
+    metrics = Follower(logdir / 'metrics.jsonl')
+    episodes, updates = [], []
+    last_print = 0
+    with open(logdir / 'benchmark.log', 'w') as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                env=env)
+        try:
+            while True:
+                done = proc.poll() is not None
+                now = time.monotonic() - start
+                for row in scores.read():
+                    if 'episode/score' in row:
+                        episodes.append((now, row['step'], row['episode/score']))
+                for row in metrics.read():
+                    if 'train/opt/updates' in row:
+                        updates.append((now, row['step'], row['train/opt/updates']))
+                if now - last_print >= args.every or done:
+                    last_print = now
+                    print(progress_line(now, episodes, updates), flush=True)
+                if done:
+                    break
+                time.sleep(2)
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait(60)
+    return dict(
+        command=command, returncode=proc.returncode, wall=time.monotonic() - start,
+        episodes=episodes, updates=updates)
+
+
+class Follower:
+    """Reads the lines appended to a JSONL file since the last call."""
+
+    def __init__(self, path):
+        self.path = path
+        self.offset = 0
+
+    def read(self):
+        if not self.path.exists():
+            return []
+        with open(self.path) as f:
+            f.seek(self.offset)
+            text = f.read()
+        end = text.rfind('\n') + 1
+        self.offset += len(text[:end].encode())
+        return [json.loads(line) for line in text[:end].splitlines() if line]
+
+
+def episode_times(episodes):
+    """Wall seconds at which each episode ended. The logger writes scores in
+    bursts, so every episode of a burst was seen at the same poll; the times
+    are interpolated by env step between the ends of the bursts."""
+    seen = np.array([e[0] for e in episodes], float)
+    steps = np.array([e[1] for e in episodes], float)
+    last_of_burst = np.append(seen[1:] != seen[:-1], True)
+    anchor_steps = np.concatenate([[0.0], steps[last_of_burst]])
+    anchor_times = np.concatenate([[0.0], seen[last_of_burst]])
+    return np.interp(steps, anchor_steps, anchor_times)
+
+
+def window_scores(episodes):
+    scores = np.array([e[2] for e in episodes], float)
+    return [scores[max(0, i + 1 - WINDOW):i + 1].mean() for i in range(len(scores))]
+
+
+def progress_line(now, episodes, updates):
+    line = f'{now / 60:6.1f} min'
+    if episodes:
+        step = episodes[-1][1]
+        line += (f' | env step {step:>7} | score {window_scores(episodes)[-1]:6.1f}'
+                 f' ({len(episodes)} episodes) | env {step / now:6.1f} steps/s')
+    if len(updates) >= 2:
+        (t0, _, u0), (t1, _, u1) = updates[0], updates[-1]
+        rate = (u1 - u0) / max(t1 - t0, 1e-9)
+        line += f' | train {rate:5.2f} steps/s ({int(u1)} updates)'
+    return line
+
+
+def summarize(record):
+    episodes = record['episodes']
+    if not episodes:
+        print('No episodes finished.')
+        return
+    times = episode_times(episodes)
+    steps = np.array([e[1] for e in episodes])
+    scores = np.array(window_scores(episodes))
+    print(f'Episodes: {len(episodes)}, wall {record["wall"] / 60:.1f} min, '
+          f'env steps {steps[-1]}, exit code {record["returncode"]}.')
+    print('   min   env steps   score(last 20)')
+    for minute in range(5, int(record['wall'] / 60) + 5, 5):
+        index = np.searchsorted(times, minute * 60, 'right') - 1
+        if index >= 0:
+            print(f'{minute:6d} {steps[index]:11d} {scores[index]:10.1f}')
+    reached = np.nonzero(scores >= TARGET)[0]
+    if len(reached):
+        i = reached[0]
+        print(f'First >= {TARGET}: {times[i] / 60:.1f} min, env step {steps[i]}.')
+    else:
+        print(f'Never reached {TARGET}.')
+    print(f'Best window: {scores.max():.1f}; final window: {scores[-1]:.1f}.')
+    print(f'Env steps/s (overall): {steps[-1] / record["wall"]:.1f}.')
+    updates = record.get('updates') or []
+    if len(updates) >= 2:
+        (t0, _, u0), (t1, _, u1) = updates[0], updates[-1]
+        print(f'Train steps/s: {(u1 - u0) / max(t1 - t0, 1e-9):.2f} '
+              f'({int(u1)} updates).')
+
+
+def plot(record, folder):
+    """learning.png: score against wall minutes; learning_steps.png: against
+    thousands of env steps. Light: episodes; dark: mean of the last 20."""
+    episodes = record['episodes']
+    if not episodes:
+        return
+    folder = pathlib.Path(folder)
+    scores = [e[2] for e in episodes]
+    smooth = window_scores(episodes)
+    for name, xs, label in (
+            ('learning.png', episode_times(episodes) / 60, 'wall minutes'),
+            ('learning_steps.png', np.array([e[1] for e in episodes]) / 1000,
+             'env steps k')):
+        png.line_chart(
+            str(folder / name),
+            [(xs, scores, (170, 200, 240)), (xs, smooth, (20, 60, 200)),
+             ([0, max(xs)], [TARGET, TARGET], (220, 60, 60))],
+            xlabel=label, ylabel='score', ymax=500)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,235 @@
+"""The JAX agent base, on a toy model that compiles in moments."""
+
+import subprocess
+import sys
+import threading
+
+import elements
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import embodied
+import embodied.jax
+
+OBS = {
+    'x': elements.Space(np.float32, (3,)),
+    'is_first': elements.Space(bool),
+}
+ACT = {'action': elements.Space(np.int32, (), 0, 3)}
+
+
+class ToyModel(embodied.jax.Model):
+    """Logits = x @ w; training regresses w towards the targets in the
+    batch. The carry counts policy calls per example."""
+
+    policy_keys = '^w/'
+
+    def init_state(self, key):
+        w = jax.random.normal(key, (3, 3))
+        return {'params': {'w': {'kernel': w}, 'other': {'b': jnp.zeros(3)}},
+                'step': jnp.zeros((), jnp.int32)}
+
+    def init_policy(self, batch_size):
+        return {'count': jnp.zeros((batch_size,), jnp.int32)}
+
+    init_train = init_report = init_policy
+
+    def policy(self, params, carry, obs, key, mode):
+        logits = obs['x'] @ params['w']['kernel']
+        action = jax.random.categorical(key, logits)
+        carry = {'count': carry['count'] + 1}
+        return carry, {'action': action}, {'logits': logits}
+
+    def train(self, state, carry, data, key):
+        def loss(params):
+            pred = data['x'] @ params['w']['kernel'] + params['other']['b']
+            return jnp.square(pred - data['target']).mean()
+        value, grads = jax.value_and_grad(loss)(state['params'])
+        params = jax.tree.map(lambda p, g: p - 0.1 * g, state['params'], grads)
+        state = {'params': params, 'step': state['step'] + 1}
+        outs = {'replay': {'stepid': data['stepid']}}
+        return state, {'count': carry['count'] + 1}, outs, {'loss': value}
+
+    def report(self, state, carry, data, key):
+        return carry, {'mean_x': data['x'].mean()}
+
+
+class ToyAgent(embodied.jax.Agent):
+
+    def make_model(self, obs_space, act_space, config, compute_dtype):
+        return ToyModel()
+
+
+def make_config(seed=0, **jaxkw):
+    jaxcfg = dict(
+        platform='cpu', compute_dtype='auto', policy_devices=[0],
+        train_devices=[0], mock_devices=0, prealloc=False, jit=True,
+        debug=False, expect_devices=0)
+    jaxcfg.update(jaxkw)
+    return elements.Config(seed=seed, logdir='', jax=jaxcfg)
+
+
+def make_batch(B=4, T=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        'x': rng.normal(size=(B, T, 3)).astype(np.float32),
+        'target': rng.normal(size=(B, T, 3)).astype(np.float32),
+        'stepid': rng.integers(0, 255, (B, T, 20)).astype(np.uint8),
+        'log/ignored': np.zeros((B, T), np.float32),
+        'name': np.array([['a'] * T] * B),
+    }
+
+
+def make_obs(B=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return {'x': rng.normal(size=(B, 3)), 'is_first': np.ones(B, bool),
+            'envid': np.arange(B)}
+
+
+@pytest.fixture(scope='module')
+def agent():
+    return ToyAgent(OBS, ACT, make_config())
+
+
+def test_runtime_defaults_to_float32_on_cpu_and_caches(agent):
+    assert agent.runtime.platform == 'cpu'
+    assert agent.runtime.compute_dtype == jnp.float32
+    assert agent.runtime.cache_dir
+    assert jax.config.jax_compilation_cache_dir == agent.runtime.cache_dir
+
+
+def test_policy_casts_obs_and_returns_numpy(agent):
+    carry = agent.init_policy(4)
+    carry, act, out = agent.policy(carry, make_obs())
+    assert act['action'].dtype == np.int32 and act['action'].shape == (4,)
+    assert isinstance(out['logits'], np.ndarray)
+    np.testing.assert_array_equal(np.asarray(carry['count']), 1)
+    with pytest.raises(KeyError, match="'is_first' missing"):
+        agent.policy(carry, {'x': np.zeros((4, 3))})
+
+
+def test_policy_list_carries_round_trip(agent):
+    islist = lambda x: isinstance(x, list)
+    initial = elements.tree.map(
+        lambda x: x[0], agent.init_policy(4), isleaf=islist)
+    carry = elements.tree.map(lambda *xs: list(xs), *[initial] * 4)
+    for _ in range(2):
+        carry, _, _ = agent.policy(carry, make_obs())
+        assert all(islist(x) for x in jax.tree.leaves(carry, is_leaf=islist))
+        parts = [elements.tree.map(lambda x: x[i], carry, isleaf=islist)
+                 for i in range(4)]
+        carry = elements.tree.map(lambda *xs: list(xs), *parts)
+    assert [int(x) for x in carry['count']] == [2, 2, 2, 2]
+
+
+def test_train_filters_keys_updates_policy_and_returns_numpy(agent):
+    before = np.asarray(agent._policy_params['w']['kernel'])
+    carry = agent.init_train(4)
+    carry, outs, metrics = agent.train(carry, make_batch())
+    assert isinstance(metrics['loss'], np.ndarray)
+    assert isinstance(outs['replay']['stepid'], np.ndarray)
+    after = np.asarray(agent._policy_params['w']['kernel'])
+    assert not np.allclose(before, after)
+    assert set(agent._policy_params) == {'w'}
+    carry, metrics = agent.report(agent.init_report(4), make_batch())
+    assert 'mean_x' in metrics
+
+
+def test_stream_moves_batches_and_forwards_state(agent):
+
+    class Source(embodied.Stream):
+        def __init__(self):
+            self.count = 0
+        def __next__(self):
+            self.count += 1
+            return make_batch(seed=self.count)
+        def save(self):
+            return {'count': self.count}
+        def load(self, data):
+            self.count = data['count']
+
+    source = Source()
+    stream = agent.stream(source)
+    batch = next(stream)
+    assert isinstance(batch['x'], jax.Array) and 'name' not in batch
+    assert 'log/ignored' not in batch
+    assert source.count == 1  # never reads ahead
+    stream.load({'count': 7})
+    assert stream.save() == {'count': 7}
+
+
+def test_concurrent_policy_and_train(agent):
+    errors, stop = [], threading.Event()
+
+    def actor():
+        try:
+            carry = agent.init_policy(4)
+            while not stop.is_set():
+                carry, _, _ = agent.policy(carry, make_obs())
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    thread = threading.Thread(target=actor)
+    thread.start()
+    carry = agent.init_train(4)
+    for i in range(200):
+        carry, _, _ = agent.train(carry, make_batch(seed=i))
+    stop.set()
+    thread.join(30)
+    assert not errors, errors
+
+
+def test_save_load_and_regex():
+    a = ToyAgent(OBS, ACT, make_config(seed=0))
+    b = ToyAgent(OBS, ACT, make_config(seed=1))
+    a.train(a.init_train(4), make_batch())
+    data = a.save()
+    assert {'w/kernel', 'other/b', 'step', 'rng/policy'} <= set(data)
+    before = b.save()
+    b.load(data, regex='^w/')
+    after = b.save()
+    np.testing.assert_array_equal(after['w/kernel'], data['w/kernel'])
+    np.testing.assert_array_equal(after['other/b'], before['other/b'])
+    assert after['step'] == before['step']
+    b.load(data)
+    obs = make_obs(64)
+    act_a = a.policy(a.init_policy(64), obs)[1]['action']
+    act_b = b.policy(b.init_policy(64), obs)[1]['action']
+    np.testing.assert_array_equal(act_a, act_b)
+    bad = dict(data, **{'w/kernel': np.zeros((2, 2))})
+    with pytest.raises(ValueError, match='w/kernel'):
+        b.load(bad)
+    with pytest.raises(KeyError, match='lacks'):
+        b.load({'w/kernel': data['w/kernel']})
+
+
+def test_without_jit():
+    agent = ToyAgent(OBS, ACT, make_config(jit=False))
+    carry, act, _ = agent.policy(agent.init_policy(4), make_obs())
+    assert act['action'].shape == (4,)
+    agent.train(agent.init_train(4), make_batch())
+
+
+@pytest.mark.parametrize('key, value, error', [
+    ('platform', 'cuda', embodied.jax.PlatformError),
+    ('platform', 'quantum', ValueError),
+    ('compute_dtype', 'int8', ValueError),
+    ('train_devices', [5], embodied.jax.PlatformError),
+])
+def test_bad_jax_config_gives_clear_error(key, value, error):
+    with pytest.raises(error, match=key if key != 'platform' or
+                       value == 'quantum' else '--jax.platform cpu'):
+        ToyAgent(OBS, ACT, make_config(**{key: value}))
+
+
+def test_importing_embodied_and_envs_does_not_import_jax():
+    code = (
+        'import sys, embodied, embodied.envs.cartpole, embodied.run; '
+        'print("jax" in sys.modules)')
+    result = subprocess.run(
+        [sys.executable, '-c', code], capture_output=True, text=True,
+        timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == 'False'
