@@ -141,7 +141,7 @@ def test_mismatched_request_gets_error_and_others_continue(client_for):
     with server:
         client = client_for(server)
         assert client.act(rows(1)).result()['y'][0, 0] == 1
-        with pytest.raises(RuntimeError, match=r"'x' expected dtype float32 "
+        with pytest.raises(rpc.BadRequest, match=r"'x' expected dtype float32 "
                            r"shape \(1,\) per row, got dtype float32 shape "
                            r"\(3,\)"):
             client.act(rows(1, width=3)).result()
@@ -212,7 +212,7 @@ def test_error_in_method_is_replied_and_kept(client_for):
     server.bind('act', fail, batch=1)
     with server:
         client = client_for(server)
-        with pytest.raises(RuntimeError, match='ValueError: bad data'):
+        with pytest.raises(rpc.RemoteError, match='ValueError: bad data'):
             client.act(rows(1)).result(timeout=5)
         with pytest.raises(ValueError, match='bad data'):
             server.raise_error()

@@ -380,3 +380,26 @@ class TestRestartOnException:
             exceptions=(ValueError,), wait=0)
         with pytest.raises(KeyError):
             env.step(act(reset=True))
+
+
+def test_unify_dtypes_leaves_other_kinds_for_check_spaces():
+    from embodied.core import wrappers as wrapperslib
+    import elements
+
+    class FloatImageEnv(embodied.Env):
+        obs_space = {
+            'image': elements.Space(np.uint8, (2, 2, 3)),
+            'reward': elements.Space(np.float32),
+            'is_first': elements.Space(bool), 'is_last': elements.Space(bool),
+            'is_terminal': elements.Space(bool)}
+        act_space = {'reset': elements.Space(bool)}
+
+        def step(self, action):
+            return {'image': np.full((2, 2, 3), 0.5), 'reward': 1.0,
+                    'is_first': True, 'is_last': False, 'is_terminal': False}
+
+    env = wrapperslib.CheckSpaces(wrapperslib.UnifyDtypes(FloatImageEnv()))
+    with pytest.raises(ValueError, match=r"obs 'image': wrong dtype.*float64"):
+        env.step({'reset': True})
+    obs = wrapperslib.UnifyDtypes(FloatImageEnv()).step({'reset': True})
+    assert obs['reward'].dtype == np.float32  # float64 -> float32 is kept

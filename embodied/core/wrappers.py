@@ -122,7 +122,10 @@ class UnifyDtypes(base.Wrapper):
     """Presents floats as float32 and integers as int32 (uint8 and bool kept).
 
     Observations are converted on the way out, actions back to the env's own
-    dtypes on the way in.
+    dtypes on the way in. Only conversions within a kind happen (float64 to
+    float32, int64 to int32, int to float): a value of another kind, such as a
+    float image for a uint8 space, passes through unchanged so that
+    `CheckSpaces` reports it instead of it being silently cast.
     """
 
     def __init__(self, env):
@@ -144,12 +147,19 @@ class UnifyDtypes(base.Wrapper):
 
     def step(self, action):
         action = {
-            k: np.asarray(v, self._act_inner[k]) if k in self._act_inner
+            k: _convert(v, self._act_inner[k]) if k in self._act_inner
             else v for k, v in action.items()}
         obs = self.env.step(action)
         return {
-            k: np.asarray(v, self._obs_outer[k]) if k in self._obs_outer
+            k: _convert(v, self._obs_outer[k]) if k in self._obs_outer
             else v for k, v in obs.items()}
+
+
+def _convert(value, dtype):
+    array = np.asarray(value)
+    if array.dtype == dtype or not np.can_cast(array.dtype, dtype, 'same_kind'):
+        return array
+    return array.astype(dtype)
 
 
 def _numeric_dtypes(spaces):

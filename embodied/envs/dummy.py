@@ -7,12 +7,20 @@ The image and vector are deterministic functions of that count (`image_for`,
 check that each step arrived intact and in order.
 """
 
+import os
+import signal
+
 import elements
 import numpy as np
 
 from embodied.core import base
 
 TASKS = ('disc', 'cont')
+# How a failing Dummy fails: an exception in `step`, its process killed by
+# SIGSEGV or SIGKILL, an exception in the constructor, or an observation with
+# a wrong image dtype or shape, a NaN in the vector, or no vector at all.
+FAIL_MODES = (
+    'raise', 'segfault', 'kill', 'init', 'dtype', 'shape', 'nan', 'keys')
 VECTOR_SIZE = 8
 DISC_CLASSES = 4
 CONT_SIZE = 2
@@ -41,9 +49,24 @@ class Dummy(base.Env):
 
     Episodes last `length` steps after the reset step and end with `is_last`
     (never `is_terminal`). Reward is 1 on every step but the first.
+
+    For fault-injection tests, `fail_after` > 0 makes every step after the
+    first `fail_after` steps of this instance fail as `fail_mode` says (see
+    `FAIL_MODES`); `fail_mode: init` fails in the constructor instead.
     """
 
-    def __init__(self, task, size=(64, 64), length=100):
+    def __init__(
+            self, task, size=(64, 64), length=100, fail_after=0,
+            fail_mode='raise'):
+        if fail_mode not in FAIL_MODES:
+            raise ValueError(
+                f"Unknown Dummy fail_mode '{fail_mode}': choose one of "
+                f"{', '.join(FAIL_MODES)}.")
+        if fail_after and fail_mode == 'init':
+            raise RuntimeError('Dummy: failing in the constructor as asked '
+                               '(fail_mode init).')
+        self.fail_after = int(fail_after)
+        self.fail_mode = fail_mode
         if task not in TASKS:
             raise ValueError(
                 f"Unknown Dummy task '{task}': choose one of "
@@ -92,11 +115,34 @@ class Dummy(base.Env):
             self._step = 0
             self._position = 0.0
             self._done = False
-            return self._obs(reward=0.0, is_first=True)
-        self._position += self._movement(action['action'])
-        self._step += 1
-        self._done = self._step >= self.length
-        return self._obs(reward=1.0, is_last=self._done)
+            obs = self._obs(reward=0.0, is_first=True)
+        else:
+            self._position += self._movement(action['action'])
+            self._step += 1
+            self._done = self._step >= self.length
+            obs = self._obs(reward=1.0, is_last=self._done)
+        if self.fail_after and self._count > self.fail_after:
+            obs = self._fail(obs)
+        return obs
+
+    def _fail(self, obs):
+        mode = self.fail_mode
+        if mode == 'raise':
+            raise RuntimeError(
+                f'Dummy: failing at step {self._count - 1} as asked '
+                f'(fail_after {self.fail_after}).')
+        if mode in ('segfault', 'kill'):
+            signum = signal.SIGSEGV if mode == 'segfault' else signal.SIGKILL
+            os.kill(os.getpid(), signum)
+        if mode == 'dtype':
+            return {**obs, 'image': obs['image'].astype(np.float32)}
+        if mode == 'shape':
+            return {**obs, 'image': obs['image'][:, :, :2]}
+        if mode == 'nan':
+            vector = obs['vector'].copy()
+            vector[0] = np.nan
+            return {**obs, 'vector': vector}
+        return {k: v for k, v in obs.items() if k != 'vector'}
 
     def _movement(self, action):
         action = np.asarray(action)

@@ -16,7 +16,7 @@ from . import sockets
 from . import supervisor
 from . import workers
 from .addresses import PortTaken
-from .client import Client, Unreachable, connect, result
+from .client import BadRequest, Client, RemoteError, Unreachable, connect, result
 from .server import Server
 from .supervisor import Supervisor, WorkerFailed
 from .workers import Process, Thread

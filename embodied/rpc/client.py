@@ -31,7 +31,36 @@ class Unreachable(ConnectionError):
     """A server did not accept a connection within the allowed time."""
 
 
+class BadRequest(RuntimeError):
+    """The server rejected the request's input (see `Server`'s checks)."""
+
+
+class RemoteError(RuntimeError):
+    """The server's method raised while handling the request."""
+
+
+# Reply status codes of `server.Server` (portal raises RuntimeError for all).
+_ERRORS = {4: RemoteError, 5: BadRequest}
+
+
 class ClientSocket(client_socket.ClientSocket):
+
+    def require_connection(self, timeout):
+        # portal waits for a connection without end; this wait also ends
+        # when the client is closed, so a call blocked on a dead server does
+        # not keep its thread, and with it the process, alive.
+        if self.connected:
+            return
+        if not self.options.autoconn:
+            raise portal.Disconnected
+        if timeout == 0:
+            raise TimeoutError
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.isconn.wait(0.2):
+            if not self.running:
+                raise portal.Disconnected
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError
 
     def _loop(self):
         maxsize = self.options.max_msg_size
@@ -119,30 +148,69 @@ class Client(portal.Client):
         self.socket.callbacks_conn.append(self._conn)
         self.socket.start()
 
+    def _recv(self, data):
+        status = int.from_bytes(data[8:16], 'little') if len(data) >= 16 else 0
+        error = _ERRORS.get(status)
+        if error is None:
+            return super()._recv(data)
+        future = self.futures.pop(bytes(data[:8]), None)
+        if future:
+            self._seterr(future, error(bytes(data[16:]).decode('utf-8')))
+            with self.cond:
+                self.cond.notify_all()
+        try:
+            self.socket.recv()
+        except AssertionError:
+            pass  # Socket is already closed.
 
-def connect(addr, name, timeout=None, ipv6=None, **kwargs):
+
+def connect(addr, name, timeout=None, ipv6=None, report_every=None,
+            **kwargs):
     """A connected `Client` for `addr`, or `Unreachable` after `timeout`
-    seconds (None waits forever). Extra kwargs go to the client
-    (`maxinflight`, `autoconn`). `ipv6` defaults to `portal.setup()`'s."""
+    seconds (None waits forever). Every `report_every` seconds of waiting it
+    prints whom it waits for. Extra kwargs go to the client (`maxinflight`,
+    `autoconn`). `ipv6` defaults to `portal.setup()`'s."""
     if ipv6 is None:
         ipv6 = portal.context.clientkw.get('ipv6', False)
     addr = addresses.client_addr(addr, ipv6)
     kwargs.setdefault('logging', False)
     client = Client(addr, name, **kwargs)
-    if not client.connect(timeout):
-        client.close(1)
-        raise Unreachable(f'{name}: no server at {addr} after {timeout} s.')
-    return client
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    step = report_every or timeout
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        wait = step if left is None else min(step or left, left)
+        if client.connect(None if wait is None else max(0.0, wait)):
+            return client
+        if deadline is not None and time.monotonic() >= deadline:
+            client.close(1)
+            raise Unreachable(
+                f'{name}: no server at {addr} after {timeout} s '
+                f'(run.connect_timeout).')
+        print(f'{name}: waiting for the server at {addr} for '
+              f'{time.monotonic() - start:.0f} s (giving up after '
+              f'{timeout} s, run.connect_timeout).', flush=True)
 
 
-def result(future, stop=None, timeout=None, poll=0.1):
+def result(future, stop=None, timeout=None, poll=0.1, report_every=None,
+           report=None):
     """Waits for a future; returns None when the `stop` event is set first
-    and raises TimeoutError after `timeout` seconds."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    and raises TimeoutError after `timeout` seconds. Every `report_every`
+    seconds of waiting it prints `report` (a string or a callable giving
+    one) with the time waited so far."""
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    next_report = report_every and start + report_every
     while True:
         if future.wait(poll):
             return future.result()
         if stop is not None and stop.is_set():
             return None
-        if deadline is not None and time.monotonic() > deadline:
+        now = time.monotonic()
+        if deadline is not None and now > deadline:
             raise TimeoutError('No reply in time.')
+        if next_report and now >= next_report:
+            next_report = now + report_every
+            text = report() if callable(report) else report
+            print(f'{text} (waited {now - start:.0f} s).', flush=True)

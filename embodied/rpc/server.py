@@ -138,6 +138,13 @@ class Server:
         return self
 
     def close(self, timeout=5):
+        """Stops serving. Jobs still running get up to `timeout` seconds to
+        finish, so their replies are sent (a `shutdown` method that makes
+        its owner close the server still answers)."""
+        deadline = time.monotonic() + timeout
+        while self.running and time.monotonic() < deadline and any(
+                method.running for method in self.methods.values()):
+            time.sleep(0.01)
         if self.running:
             self.running = False
             self.socket.wake(None)

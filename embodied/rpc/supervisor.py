@@ -9,23 +9,47 @@
     group.kill()               # whatever is left
 """
 
+import signal
 import time
 
+# Exit codes with a meaning for the launcher. An exception with an int
+# attribute `exitcode` ends a worker with that code (see `workers`).
 EXIT_PORT_TAKEN = 75  # A server's port was taken; the launcher retries.
+EXIT_BAD_INPUT = 65   # Bad data crossed a boundary; restarting cannot help.
+EXIT_ENV_INIT = 78    # An env failed in its constructor; restarting cannot help.
+EXIT_UNREACHABLE = 69  # A server did not come up within run.connect_timeout.
+
+_MEANINGS = {
+    EXIT_PORT_TAKEN: 'its port was taken by another program',
+    EXIT_BAD_INPUT: 'bad input',
+    EXIT_ENV_INIT: 'its env failed in the constructor',
+    EXIT_UNREACHABLE: 'a server it needs was unreachable',
+}
 
 
 class WorkerFailed(RuntimeError):
+    """A worker ended when it should not have. `error` is the summary of the
+    exception that ended it, when it ended by one."""
 
-    def __init__(self, name, exitcode):
-        if exitcode == EXIT_PORT_TAKEN:
-            detail = 'its port was taken by another program'
+    def __init__(self, name, exitcode, error=None, detail=None):
+        if exitcode in _MEANINGS:
+            reason = f'{_MEANINGS[exitcode]}, exit code {exitcode}'
         elif exitcode is not None and exitcode < 0:
-            detail = f'killed by signal {-exitcode}'
+            try:
+                signame = signal.Signals(-exitcode).name
+            except ValueError:
+                signame = 'signal'
+            reason = f'killed by {signame}, exit code {exitcode}'
         else:
-            detail = f'exit code {exitcode}'
-        super().__init__(f"Worker '{name}' ended unexpectedly ({detail}).")
+            reason = f'exit code {exitcode}'
+        message = f"Worker '{name}' ended unexpectedly ({reason})"
+        if detail:
+            message += f'; {detail}'
+        message += f': {error}' if error else '.'
+        super().__init__(message)
         self.name = name
         self.exitcode = exitcode
+        self.error = error
 
 
 class Supervisor:
@@ -51,7 +75,8 @@ class Supervisor:
                 continue
             if code == 0 and worker.name in expected:
                 continue
-            raise WorkerFailed(worker.name, code)
+            raise WorkerFailed(
+                worker.name, code, getattr(worker, 'error', None))
 
     def running(self):
         return [w for w in self.workers if w.exitcode is None]

@@ -13,9 +13,11 @@ it:
 * A child dies with its launcher however the launcher ends, SIGKILL included
   (Linux `PR_SET_PDEATHSIG`), so no child outlives its parent.
 * The exit code is the function's int return value, else 0; `sys.exit(n)`
-  gives n (portal turns even `sys.exit(0)` into 2); an exception gives 1 and
-  prints its traceback under the worker's name; `PortTaken` gives
-  `EXIT_PORT_TAKEN`, so the launcher can retry with other ports.
+  gives n (portal turns even `sys.exit(0)` into 2); an exception gives 1 (or
+  its int attribute `exitcode`) and prints its traceback under the worker's
+  name; `PortTaken` gives `EXIT_PORT_TAKEN`, so the launcher can retry with
+  other ports. The parent reads the exception's one-line summary from
+  `error`, so a launcher can say why a worker ended.
 * SIGINT and SIGTERM are ignored in children: the launcher receives them and
   stops the run in order (a Ctrl-C reaches the whole process group).
 
@@ -39,6 +41,7 @@ from . import addresses
 from .supervisor import EXIT_PORT_TAKEN
 
 _PR_SET_PDEATHSIG = 1
+_ERROR_CHARS = 2000  # Longest error summary a worker passes to its parent.
 
 
 class Process:
@@ -47,9 +50,12 @@ class Process:
         self.name = name or getattr(fn, '__name__', 'process')
         payload = cloudpickle.dumps((fn, args))
         context = multiprocessing.get_context('spawn')
+        self._errors, self._errors_child = context.Pipe(duplex=False)
+        self._error = None
         self.process = context.Process(
             target=_child_main, name=self.name,
-            args=(payload, self.name, os.getpid(), portal.context.options()))
+            args=(payload, self.name, os.getpid(), portal.context.options(),
+                  self._errors_child))
 
     @property
     def pid(self):
@@ -64,8 +70,20 @@ class Process:
     def alive(self):
         return self.process.is_alive()
 
+    @property
+    def error(self):
+        """One line on the exception that ended the process, or None."""
+        if self._error is None and self.exitcode is not None:
+            try:
+                if self._errors.poll():
+                    self._error = self._errors.recv()
+            except (EOFError, OSError):
+                pass
+        return self._error
+
     def start(self):
         self.process.start()
+        self._errors_child.close()  # The child holds its own copy.
         return self
 
     def join(self, timeout=None):
@@ -87,6 +105,7 @@ class Thread:
         self.name = name or getattr(fn, '__name__', 'thread')
         self._fn, self._args = fn, args
         self._exitcode = None
+        self.error = None  # One line on the exception that ended it.
         self.thread = threading.Thread(
             target=self._main, name=self.name, daemon=True)
         self.thread.children = []  # Where portal registers its workers.
@@ -118,9 +137,10 @@ class Thread:
         except addresses.PortTaken as e:
             print(f"'{self.name}': {e}", file=sys.stderr, flush=True)
             self._exitcode = EXIT_PORT_TAKEN
-        except BaseException:
+        except BaseException as e:
             _print_error(self.name)
-            self._exitcode = 1
+            self.error = summary(e)
+            self._exitcode = _error_code(e)
 
     def __repr__(self):
         return f'Thread({self.name}, exitcode={self.exitcode})'
@@ -150,7 +170,7 @@ def die_with_parent(parent_pid):
         os._exit(1)
 
 
-def _child_main(payload, name, parent_pid, options):
+def _child_main(payload, name, parent_pid, options, errors):
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -164,9 +184,13 @@ def _child_main(payload, name, parent_pid, options):
     except addresses.PortTaken as e:
         print(f"'{name}': {e}", file=sys.stderr, flush=True)
         code = EXIT_PORT_TAKEN
-    except BaseException:
+    except BaseException as e:
         _print_error(name)
-        code = 1
+        code = _error_code(e)
+        try:
+            errors.send(summary(e))
+        except Exception:
+            pass
     finally:
         for child in psutil.Process().children(recursive=True):
             kill_tree(child.pid)
@@ -187,6 +211,21 @@ def _exit_code(error):
     if isinstance(error.code, int):
         return error.code
     print(error.code, file=sys.stderr, flush=True)
+    return 1
+
+
+def summary(error):
+    """`Type: message` of an exception, cut to a bounded length."""
+    text = f'{type(error).__name__}: {error}'
+    if len(text) > _ERROR_CHARS:
+        text = text[:_ERROR_CHARS] + ' [...]'
+    return text
+
+
+def _error_code(error):
+    code = getattr(error, 'exitcode', None)
+    if isinstance(code, int) and not isinstance(code, bool) and code:
+        return code
     return 1
 
 

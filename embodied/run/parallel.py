@@ -24,6 +24,17 @@ the same, then stops the learner, releases limiter waits, saves, answers every
 env's next request with a stop reply (envs exit 0, remote ones too), and
 shuts the roles down; every worker exits 0 and `combined` returns. On start,
 each role loads the newest tag that all three checkpoints hold completely.
+
+Faults. A crashed env worker is restarted (`envpool`, `run.env_restarts`);
+the logger drops its unfinished episodes (`parallel/ep_abandoned`). An env
+error a restart cannot fix (constructor, bad observation or action) stops
+the run in order with a save, then `combined` raises `rpc.WorkerFailed`
+naming the worker and its error. When the agent, replay or logger dies, the
+others save under the last step and everything is killed. After each save
+the replay deletes chunk files no kept save needs (`replay_files`).
+
+Env workers live in `env_workers`, shared helpers in `wiring`, the progress
+lines in `progress`.
 """
 
 import collections
@@ -31,35 +42,25 @@ import functools
 import threading
 import time
 
-import cloudpickle
 import elements
 import numpy as np
-import portal
-import psutil
 
 import embodied
 from embodied import rpc
 from embodied.core import checkpoint as cplib
 from embodied.core import limiters
+from embodied.run import env_workers
+from embodied.run import envpool
 from embodied.run import episodes as episodeslib
+from embodied.run import progress
+from embodied.run import replay_files
 from embodied.run import saving
 from embodied.run import stopping
 from embodied.run import timing
+from embodied.run import wiring
 
 ADDR_KEYS = ('actor_addr', 'replay_addr', 'logger_addr')
 
-# Keys this runner reads beyond the original's `args`, with their defaults.
-DEFAULTS = dict(
-    envs_per_worker=1,      # envs stepped by one env worker process
-    env_restarts=10,        # restarts of a crashed env worker
-    wait_report=30,         # seconds before a wait is reported
-    connect_timeout=120,    # seconds to reach another role
-    actor_flush=0.02,       # seconds before a partial policy batch runs
-    save_keep=3,            # checkpoints kept per role
-    drain_timeout=30,       # seconds a save waits for transitions in flight
-)
-
-STOP_KEY = '__stop__'       # in an act reply: the env worker should exit
 STOP_DRAIN = 3              # seconds a stop waits for transitions in flight
 PORT_ATTEMPTS = 3
 
@@ -70,7 +71,7 @@ def combined(
         make_agent, make_replay_train, make_replay_eval, make_env_train,
         make_env_eval, make_stream, make_logger, args):
     """Runs the whole training launch until it stops; see the module doc."""
-    args = _complete(args)
+    args = wiring.complete(args)
     if args.actor_batch <= 0:
         args = args.update(actor_batch=max(1, args.envs // 2))
     if args.actor_batch > args.envs:
@@ -81,11 +82,13 @@ def combined(
         agent=make_agent, replay_train=make_replay_train,
         replay_eval=make_replay_eval, env_train=make_env_train,
         env_eval=make_env_eval, stream=make_stream, logger=make_logger)
-    factories = {k: _dumps(v) for k, v in factories.items()}
+    factories = {k: wiring.dumps(v) for k, v in factories.items()}
+    if args.get('from_checkpoint') and resume_tag(args.logdir) is None:
+        _check_from_checkpoint(args.from_checkpoint)
     auto = any('{auto}' in str(args[k]) for k in ADDR_KEYS)
     for attempt in range(PORT_ATTEMPTS):
         filled = rpc.addresses.fill_auto(
-            {k: args[k] for k in ADDR_KEYS}, _ipv6(args))
+            {k: args[k] for k in ADDR_KEYS}, wiring.ipv6(args))
         launch = _Launch(factories, args.update(filled))
         try:
             return launch.run()
@@ -99,8 +102,8 @@ def combined(
 
 def parallel_agent(make_agent, args):
     """One agent shared by the actor and learner threads."""
-    args = _complete(args)
-    agent = _loads(make_agent)()
+    args = wiring.complete(args)
+    agent = wiring.loads(make_agent)()
     link = _AgentLink()
     actor = rpc.Thread(parallel_actor, agent, link, args, name='Actor')
     learner = rpc.Thread(parallel_learner, agent, link, args, name='Learner')
@@ -110,13 +113,24 @@ def parallel_agent(make_agent, args):
         for thread in (actor, learner):
             if thread.exitcode not in (None, 0):
                 link.abort()
-                print(f"Agent: the {thread.name.lower()} thread failed.",
-                      flush=True)
-                return thread.exitcode  # Keeps EXIT_PORT_TAKEN for a retry.
+                if thread.exitcode == rpc.supervisor.EXIT_PORT_TAKEN:
+                    return thread.exitcode  # The launcher retries.
+                raise _ThreadFailed(
+                    f'The {thread.name.lower()} thread failed: '
+                    f'{thread.error or f"exit code {thread.exitcode}"}',
+                    thread.exitcode)
         if learner.exitcode == 0 and not link.learner_stop.is_set():
             return 1  # The learner must only end when asked to.
         time.sleep(0.05)
     return 0
+
+
+class _ThreadFailed(RuntimeError):
+    """A thread of the agent failed; its exit code becomes the agent's."""
+
+    def __init__(self, message, exitcode):
+        super().__init__(message)
+        self.exitcode = exitcode
 
 
 class _AgentLink(threading.Barrier):
@@ -144,7 +158,7 @@ def _link(barrier):
 def parallel_actor(agent, barrier, args):
     """Serves `act`: batches envs, runs the policy, replies, then sends the
     transitions to the replay and logger."""
-    args = _complete(args)
+    args = wiring.complete(args)
     link = _link(barrier)
     islist = lambda x: isinstance(x, list)
     initial = agent.init_policy(args.actor_batch)
@@ -153,11 +167,8 @@ def parallel_actor(agent, barrier, args):
     barrier.wait()  # Do not collect data before the learner restored.
 
     backlog = 8 * args.actor_threads
-    timeout = args.connect_timeout
-    replay = rpc.connect(
-        args.replay_addr, 'ActorReplay', timeout, maxinflight=backlog)
-    logger = rpc.connect(
-        args.logger_addr, 'ActorLogger', timeout, maxinflight=backlog)
+    replay = wiring.connect(args, 'replay', 'ActorReplay', maxinflight=backlog)
+    logger = wiring.connect(args, 'logger', 'ActorLogger', maxinflight=backlog)
     inflight = collections.deque()  # Futures of sent transitions.
     inflight_lock = threading.Lock()
     counts = collections.Counter()
@@ -196,10 +207,26 @@ def parallel_actor(agent, barrier, args):
         counts['policy_seconds'] += time.monotonic() - start
         return reply, trans
 
+    def wait_for_room():
+        """Back-pressure: waits while `backlog` sends are in flight, as the
+        clients' maxinflight would, but gives up at shutdown (a client call
+        blocked on a dead role would keep the process from exiting)."""
+        while True:
+            with inflight_lock:
+                oldest = inflight[0] if len(inflight) >= backlog else None
+            if oldest is None:
+                return
+            if done.is_set():
+                raise RuntimeError('The actor shut down with transitions '
+                                   'still waiting for the replay or logger.')
+            oldest.wait(0.1)
+            settle()
+
     @elements.timer.section('postfn')
     def postfn(trans):
         logs = {k: v for k, v in trans.items() if k.startswith('log/')}
         data = {k: v for k, v in trans.items() if not k.startswith('log/')}
+        wait_for_room()
         futures = (replay.add_batch(data), logger.tran({**data, **logs}))
         with inflight_lock:
             inflight.extend(futures)
@@ -230,7 +257,7 @@ def parallel_actor(agent, barrier, args):
 
     server = rpc.Server(
         args.actor_addr, 'Actor', flush_after=args.actor_flush,
-        ipv6=_ipv6(args))
+        ipv6=wiring.ipv6(args))
     server.bind(
         'act', workfn, postfn, batch=args.actor_batch,
         workers=args.actor_threads)
@@ -240,7 +267,8 @@ def parallel_actor(agent, barrier, args):
     server.bind('drained', drained)
     server.bind('save', save)
     server.bind('stop_learner', stop_learner)
-    server.bind('stop_envs', lambda: server.answer('act', {STOP_KEY: True}))
+    server.bind('stop_envs', lambda: server.answer(
+        'act', {wiring.STOP_KEY: True}))
     server.bind('shutdown', done.set)
     server.start()
     try:
@@ -269,7 +297,7 @@ def _wait_envs_gone(server, timeout=5):
 @elements.timer.section('learner')
 def parallel_learner(agent, barrier, args):
     """Trains on batches streamed from the replay until asked to stop."""
-    args = _complete(args)
+    args = wiring.complete(args)
     link = _link(barrier)
     agg = elements.Agg()
     usage = elements.Usage(**args.usage)
@@ -287,15 +315,20 @@ def parallel_learner(agent, barrier, args):
         cp.load(tag)
         print(f'Learner resumed the agent from the save at step {tag}.')
     elif args.from_checkpoint:
-        saving.load_agent(
-            agent, args.from_checkpoint, args.from_checkpoint_regex)
+        try:
+            saving.load_agent(
+                agent, args.from_checkpoint, args.from_checkpoint_regex)
+        except FileNotFoundError:
+            raise
+        except Exception as e:
+            raise ValueError(
+                f'run.from_checkpoint {args.from_checkpoint} does not match '
+                f'the agent: {type(e).__name__}: {e}') from e
     link.checkpoint = cp
 
-    timeout = args.connect_timeout
-    logger = rpc.connect(
-        args.logger_addr, 'LearnerLogger', timeout, maxinflight=4)
-    updater = rpc.connect(
-        args.replay_addr, 'LearnerReplayUpdater', timeout, maxinflight=8)
+    logger = wiring.connect(args, 'logger', 'LearnerLogger', maxinflight=4)
+    updater = wiring.connect(
+        args, 'replay', 'LearnerReplayUpdater', maxinflight=8)
     barrier.wait()
 
     names = ('train', 'report', 'eval') if args.eval_envs else (
@@ -386,14 +419,20 @@ class _RemoteStream:
         self.source = source
         self.stop = stop
         self.counters = counters
-        self.client = rpc.connect(
-            args.replay_addr, f'LearnerReplay{source.title()}',
-            args.connect_timeout)
+        self.client = wiring.connect(
+            args, 'replay', f'LearnerReplay{source.title()}')
         self.call = functools.partial(
             self.client.call, f'sample_batch_{source}')
         self.futures = collections.deque(
             self.call() for _ in range(prefetch))
         self.received = 0
+        self.report_every = args.wait_report
+        self.addr = args.replay_addr
+
+    def _report(self):
+        return (f'Learner: waiting for a {self.source} batch from the replay '
+                f'at {self.addr} ({self.received} received so far; the '
+                f'replay reports its limiter and fill state while it waits)')
 
     def ready(self):
         """Whether a batch has arrived (so `next` will not wait long)."""
@@ -406,7 +445,9 @@ class _RemoteStream:
         self.futures.append(self.call())
         start = time.monotonic()
         with elements.timer.section(f'stream_{self.source}_response'):
-            data = rpc.result(self.futures.popleft(), self.stop)
+            data = rpc.result(
+                self.futures.popleft(), self.stop,
+                report_every=self.report_every, report=self._report)
         self.counters[f'{self.source}_wait_seconds'] += (
             time.monotonic() - start)
         if data is None:
@@ -416,6 +457,17 @@ class _RemoteStream:
 
     def close(self):
         self.client.close(1)
+
+
+def _check_from_checkpoint(path):
+    """Fails before launching when run.from_checkpoint has no agent save."""
+    folder = elements.Path(path)
+    if (folder / 'ckpt' / 'agent').exists():
+        folder = folder / 'ckpt' / 'agent'
+    try:
+        cplib.resolve(folder)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f'run.from_checkpoint: {e}') from None
 
 
 def resume_tag(logdir):
@@ -430,13 +482,13 @@ def resume_tag(logdir):
 
 def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     """Serves the train and eval replays, enforcing the train ratio."""
-    args = _complete(args)
-    replay_train = _loads(make_replay_train)()
-    replay_eval = _loads(make_replay_eval)()
+    args = wiring.complete(args)
+    replay_train = wiring.loads(make_replay_train)()
+    replay_eval = wiring.loads(make_replay_eval)()
     for replay in (replay_train, replay_eval):
         if hasattr(replay, 'save_wait'):
             replay.save_wait = True  # A checkpoint must not outrun its files.
-    make_stream = _loads(make_stream)
+    make_stream = wiring.loads(make_stream)
     stream_train = iter(make_stream(replay_train, 'train'))
     stream_report = iter(make_stream(replay_train, 'report'))
     stream_eval = iter(make_stream(replay_eval, 'eval'))
@@ -499,6 +551,13 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
                 if dur is None:
                     return None  # Shutting down; the learner stops on None.
                 limiter.sample()
+        # The limiter counts inserts of all envs: with more envs than
+        # batch_size it can allow samples before any sequence is complete.
+        if wait(lambda: len(replay_train) > 0, 'Replay train is waiting '
+                'for its first sequence', lambda: {
+                    'items': len(replay_train),
+                    'inserts': limiter.size}) is None:
+            return None
         waited = time.monotonic() - start
         limit_agg.add('sample_wait_dur', waited, agg='sum')
         counts['sample_wait_seconds'] += waited
@@ -528,6 +587,14 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     def save(tag):
         with lock:
             cp.save(int(tag))
+        for entry, replay in (('replay', replay_train),
+                              ('replay_eval', replay_eval)):
+            try:
+                replay_files.prune(
+                    getattr(replay, 'directory', None), cp.directory, entry)
+            except OSError as e:
+                print(f'Could not delete old {entry} chunk files: {e}',
+                      flush=True)
         return int(tag)
 
     cp = cplib.Checkpoint(saving.directory(args.logdir, 'replay'),
@@ -542,9 +609,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
               f'({len(replay_train)} items).', flush=True)
 
     done = threading.Event()
-    timeout = args.connect_timeout
-    logger = rpc.connect(args.logger_addr, 'ReplayLogger', timeout,
-                         maxinflight=4)
+    logger = wiring.connect(args, 'logger', 'ReplayLogger', maxinflight=4)
     should_log = embodied.LocalClock(args.log_every)
     usage = elements.Usage(**args.usage.update(nvsmi=False))
 
@@ -567,7 +632,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         done.set()
 
     server = rpc.Server(args.replay_addr, 'Replay',
-                        ipv6=_ipv6(args))
+                        ipv6=wiring.ipv6(args))
     server.bind('add_batch', add_batch)
     server.bind('sample_batch_train', sample_batch_train)
     server.bind('sample_batch_report', sample_from(
@@ -600,8 +665,8 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
 def parallel_logger(make_logger, args):
     """Counts the global step (train env steps), aggregates episodes and
     writes metrics."""
-    args = _complete(args)
-    logger = _loads(make_logger)()
+    args = wiring.complete(args)
+    logger = wiring.loads(make_logger)()
     step = logger.step
     lock = threading.Lock()
     episodes = {
@@ -645,6 +710,18 @@ def parallel_logger(make_logger, args):
                     episodes[evaluating].drop(envid)
                     del updated[envid]
 
+    def abandon(envids):
+        """Drops the unfinished episodes of envs whose worker crashed."""
+        with lock:
+            for envid in (int(x) for x in envids):
+                parallel.add('env_crashes', 1, agg='sum')
+                counts['adds'] += 1
+                updated.pop(envid, None)
+                for stats in episodes.values():
+                    if envid in stats.episodes:
+                        stats.drop(envid)
+                        parallel.add('ep_abandoned', 1, agg='sum')
+
     def status():
         return {'step': int(step), 'env_steps': counts['env_steps']}
 
@@ -667,9 +744,10 @@ def parallel_logger(make_logger, args):
 
     done = threading.Event()
     server = rpc.Server(args.logger_addr, 'Logger',
-                        ipv6=_ipv6(args))
+                        ipv6=wiring.ipv6(args))
     server.bind('add', add)
     server.bind('tran', tran)
+    server.bind('abandon', abandon)
     server.bind('status', status)
     server.bind('save', save)
     server.bind('shutdown', done.set)
@@ -687,113 +765,19 @@ def parallel_logger(make_logger, args):
     return 0
 
 
-# Envs
-
-
-@elements.timer.section('env')
-def parallel_env(make_env, envid, args, is_eval=False):
-    """One env worker stepping one env; see `parallel_envs` for more."""
-    return _env_worker(make_env, [envid], args, is_eval)
-
-
-def parallel_envs(make_env, make_env_eval, args):
-    """Runs all env workers of `args` (`run.envs_per_worker` envs each) until
-    the actor tells them to stop; for envs launched apart from `combined`."""
-    args = _complete(args)
-    group = rpc.Supervisor()
-    for worker in _env_workers(_dumps(make_env), _dumps(make_env_eval), args):
-        group.add(worker)
-    group.start()
-    with stopping.StopSignal() as stop:
-        try:
-            while group.running() and not stop.requested:
-                group.check(expected=[w.name for w in group.workers])
-                time.sleep(0.1)
-        finally:
-            group.kill()
-    group.check(expected=[w.name for w in group.workers])
-    return 0
-
-
-def _env_workers(make_env_train, make_env_eval, args):
-    size = max(1, args.envs_per_worker)
-    train = list(range(args.envs))
-    evals = list(range(args.envs, args.envs + args.eval_envs))
-    for envids, make, is_eval in (
-            (train, make_env_train, False), (evals, make_env_eval, True)):
-        for i in range(0, len(envids), size):
-            ids = envids[i:i + size]
-            name = f'Env{ids[0]:05}' + (f'-{ids[-1]:05}' if len(ids) > 1 else '')
-            yield rpc.Process(
-                _env_worker, make, ids, args, is_eval, name=name)
-
-
-def _env_worker(make_env, envids, args, is_eval):
-    args = _complete(args)
-    make_env = _loads(make_env)
-    name = f'Env{envids[0]:05}' + (
-        f'-{envids[-1]:05}' if len(envids) > 1 else '')
-    envs = [make_env(i) for i in envids]
-    fixed = {
-        'envid': np.asarray(envids, np.int32),
-        'is_eval': np.full(len(envids), bool(is_eval))}
-    fps = elements.FPS()
-    should_log = embodied.LocalClock(args.log_every)
-    logger = None
-    if envids[0] == 0 and '{auto}' not in args.logger_addr:
-        logger = rpc.connect(args.logger_addr, f'{name}Logger',
-                             args.connect_timeout, maxinflight=1)
-
-    def connect():
-        return rpc.connect(args.actor_addr, name, args.connect_timeout,
-                           autoconn=False)
-
-    def reset_actions():
-        acts = []
-        for env in envs:
-            act = {k: v.sample() for k, v in env.act_space.items()}
-            act['reset'] = True
-            acts.append(act)
-        return acts
-
-    actor = connect()
-    acts = reset_actions()
-    try:
-        while True:
-            with elements.timer.section('step'):
-                obs = [env.step(act) for env, act in zip(envs, acts)]
-            batch = {k: np.stack([o[k] for o in obs]) for k in obs[0]}
-            batch.update(fixed)
-            fps.step(len(envs))
-            try:
-                with elements.timer.section('request'):
-                    reply = actor.act(batch).result()
-            except portal.Disconnected:
-                print(f'[{name}] Lost the actor; reconnecting and starting '
-                      f'new episodes.', flush=True)
-                actor.close(1)
-                actor = connect()
-                acts = reset_actions()
-                continue
-            if STOP_KEY in reply:
-                return 0
-            acts = [{k: v[i] for k, v in reply.items()}
-                    for i in range(len(envs))]
-            if logger and should_log():
-                logger.add({'fps/env': fps.result(),
-                            'timer/env': timing.timer_summary()})
-    finally:
-        actor.close(1)
-        logger and logger.close(1)
-        for env in envs:
-            env.close()
-
-
 # Launcher
 
 
 class _Launch:
-    """The workers of one `combined` launch and the decisions about them."""
+    """The workers of one `combined` launch and the decisions about them.
+
+    The agent, logger and replay are in `group`; any of them ending ends the
+    run (the roles still alive save first, see `_salvage`). Env workers are
+    in `envs`, which restarts crashed ones; an env error that a restart
+    cannot fix ends the run after a full coordinated save (`_stop`).
+    """
+
+    ROLE_OF = {'Agent': 'actor', 'Replay': 'replay', 'Logger': 'logger'}
 
     def __init__(self, factories, args):
         self.args = args
@@ -808,32 +792,121 @@ class _Launch:
             self.group.add(rpc.Process(
                 parallel_replay, f['replay_train'], f['replay_eval'],
                 f['stream'], args, name='Replay'))
+        specs = []
         if not args.remote_envs:
-            for worker in _env_workers(f['env_train'], f['env_eval'], args):
-                self.group.add(worker)
+            specs = env_workers.specs(f['env_train'], f['env_eval'], args)
+        self.envs = envpool.EnvPool(
+            specs, args.env_restarts, on_crash=self._env_crashed)
         self.clients = {}
         self.may_exit = ()  # Workers that may end with 0 (while stopping).
-        self.progress = _Progress(args)
+        self.progress = progress.Progress(args)
+        self.step = 0  # The logger's step when last asked.
 
     def run(self):
         args = self.args
         start = time.monotonic()
-        print(f'Launching {len(self.group.workers)} workers: actor at '
-              f'{args.actor_addr}, replay at {args.replay_addr}, logger at '
-              f'{args.logger_addr}.', flush=True)
+        print(f'Launching {len(self.group.workers) + len(self.envs.slots)} '
+              f'workers: actor at {args.actor_addr}, replay at '
+              f'{args.replay_addr}, logger at {args.logger_addr}.', flush=True)
         try:
             with stopping.StopSignal() as signal:
                 self.group.start()
-                self._connect(signal)
-                reason = self._loop(start, signal)
+                self.envs.start()
+                self._print_workers()
+                try:
+                    self._connect(signal)
+                    reason = self._loop(start, signal)
+                except rpc.WorkerFailed as e:
+                    self._fail(e)
+                    raise
                 self._stop(reason)
         except BaseException:
+            self.envs.kill()
             self.group.kill()
             self._shutdown_remote()
             raise
         finally:
             for client in self.clients.values():
                 client.close(1)
+
+    def _print_workers(self):
+        parts = []
+        for worker in self.group.workers + self.envs.workers:
+            pid = getattr(worker, 'pid', None)
+            parts.append(f'{worker.name} (pid {pid})' if pid else
+                         f'{worker.name} (thread)')
+        print(f'Workers: {", ".join(parts)}.', flush=True)
+
+    def _check(self):
+        """Raises `WorkerFailed` for a worker that ends the run; restarts
+        crashed env workers."""
+        self.group.check(self.may_exit)
+        self.envs.poll()
+
+    def _env_crashed(self, spec, exitcode, error):
+        client = self.clients.get('logger')
+        if client is None:
+            return
+        try:
+            client.call('abandon', list(spec.envids)).result(timeout=10)
+        except Exception as e:
+            print(f'Could not tell the logger to drop the episodes of '
+                  f'{spec.name}: {type(e).__name__}: {e}', flush=True)
+
+    def _fail(self, error):
+        """Ends the run for `error`, saving first what can be saved."""
+        print(f'Ending the run: {error}', flush=True)
+        if error.name in self.envs.names and len(self.clients) == 3:
+            # Agent, replay and logger are fine: stop as usual, then fail.
+            self.envs.stopping()
+            try:
+                self._stop(f'Env worker {error.name} failed', failed=True)
+            except Exception as e:
+                print(f'Could not save and stop in order: '
+                      f'{type(e).__name__}: {e}', flush=True)
+            return
+        self._salvage(error)
+
+    def _salvage(self, error, timeout=60):
+        """After a role died: the roles still alive save under the last step,
+        as far as they can without it. A resume picks the newest save that
+        all three roles hold, so a partial save never mixes into one."""
+        dead = self.ROLE_OF.get(error.name)
+        alive = [role for role in ('replay', 'logger', 'actor')
+                 if role != dead and role in self.clients and
+                 self.clients[role].connected]
+        if not alive or dead is None:
+            return
+        step = self.step
+        if 'logger' in alive:
+            try:
+                step = int(self.clients['logger'].call('status').result(
+                    timeout=5)['step'])
+            except Exception:
+                pass
+        print(f'Saving what is left at step {step}: {", ".join(alive)}.',
+              flush=True)
+        if 'actor' in alive:
+            self._try(lambda: self.clients['actor'].call('pause').result(
+                timeout=5))
+        futures = {role: self.clients[role].call('save', step)
+                   for role in alive}
+        deadline = time.monotonic() + timeout
+        for role, future in futures.items():
+            self._try(lambda: future.result(
+                timeout=max(0.1, deadline - time.monotonic())),
+                f'The {role} could not save')
+        if 'actor' in alive:
+            # An agent thread ends only when asked; its process is ours.
+            self._try(lambda: self.clients['actor'].call('shutdown').result(
+                timeout=5))
+
+    def _try(self, fn, what=None):
+        try:
+            return fn()
+        except Exception as e:
+            if what:
+                print(f'{what}: {type(e).__name__}: {e}', flush=True)
 
     def _shutdown_remote(self):
         """Best effort: tells a separately launched replay to exit too."""
@@ -848,22 +921,30 @@ class _Launch:
         timeout = self.args.connect_timeout
         for role in ('logger', 'replay', 'actor'):
             addr = self.args[f'{role}_addr']
-            deadline = time.monotonic() + timeout
+            start = time.monotonic()
+            next_report = start + self.args.wait_report
             client = rpc.Client(
-                rpc.addresses.client_addr(addr, _ipv6(self.args)),
+                rpc.addresses.client_addr(addr, wiring.ipv6(self.args)),
                 f'Launcher{role.title()}', logging=False)
-            self.clients[role] = client
             while not client.connect(0.2):
-                self.group.check()
-                if time.monotonic() > deadline:
+                self._check()
+                now = time.monotonic()
+                if now - start > timeout:
+                    client.close(1)
                     raise rpc.Unreachable(
                         f'The {role} at {addr} did not come up within '
                         f'{timeout} s (run.connect_timeout).')
+                if now >= next_report:
+                    next_report = now + self.args.wait_report
+                    print(f'Launcher: waiting for the {role} at {addr} for '
+                          f'{now - start:.0f} s (giving up after {timeout} s, '
+                          f'run.connect_timeout).', flush=True)
+            self.clients[role] = client
 
     def _call(self, role, method, *args, timeout=None):
         future = self.clients[role].call(method, *args)
         while not future.wait(0.1):
-            self.group.check(self.may_exit)
+            self._check()
             if timeout is not None:
                 timeout -= 0.1
                 if timeout <= 0:
@@ -879,9 +960,16 @@ class _Launch:
         if resume_tag(args.logdir) is None:
             self._save()  # A first consistent save, as load_or_save would.
         while True:
-            self.group.check()
-            step = int(self._call('logger', 'status')['step'])
+            self._check()
+            status = self._call('logger', 'status')
+            step = self.step = int(status['step'])
             self.progress.observe(step)
+            if args.remote_envs and not status['env_steps'] and (
+                    time.monotonic() - start > args.connect_timeout):
+                raise rpc.Unreachable(
+                    f'No env worker reached the actor at {args.actor_addr} '
+                    f'within {args.connect_timeout} s (run.connect_timeout); '
+                    f'start them with --script parallel_envs.')
             if signal.requested:
                 return 'Received a stop signal'
             if step >= args.steps:
@@ -919,14 +1007,17 @@ class _Launch:
                    for role in ('replay', 'logger', 'actor')]
         for future in futures:
             while not future.wait(0.1):
-                self.group.check(self.may_exit)
+                self._check()
             future.result()
         print(f'Saved checkpoints at step {step}.', flush=True)
         if not final:
             self._call('actor', 'resume')
         return step
 
-    def _stop(self, reason):
+    def _stop(self, reason, failed=False):
+        """Drains, saves and ends every worker in order. With `failed`, an
+        env worker already failed: the run still saves, and then fails."""
+        self.envs.stopping()  # A crash from here on needs no restart.
         step = int(self._call('logger', 'status')['step'])
         print(f'{reason} at step {step}: saving and stopping.', flush=True)
         # Drain while the learner still samples, so limiter waits end.
@@ -935,23 +1026,41 @@ class _Launch:
         self._call('replay', 'release')  # Inserts left skip the limiter.
         self._save(final=True)
         self._print_progress(step)
-        summary = self.progress.summary(self._call('actor', 'status'))
+        summary = self.progress.summary(
+            self._call('actor', 'status'), self.envs.restarts)
         print(f'[Summary] {summary}', flush=True)
         self.may_exit = [w.name for w in self.group.workers]
         self._call('actor', 'stop_envs')
-        self._call('actor', 'shutdown')
+        left = self.envs.wait(10)
+        if left:
+            print(f'Killing env workers that did not exit: {left}', flush=True)
+            self.envs.kill()
+        self._shutdown('actor')
         agent = self.group.workers[0]
         deadline = time.monotonic() + 10
         while agent.exitcode is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        self._call('replay', 'shutdown')
-        self._call('logger', 'shutdown')
+        self._shutdown('replay')
+        self._shutdown('logger')
         left = self.group.wait(15)
         if left:
             print(f'Killing workers that did not exit: {left}', flush=True)
             self.group.kill()
         self.group.check(expected=[w.name for w in self.group.workers])
+        if not failed:
+            for name, code in self.envs.failed():
+                print(f'Env worker {name} ended with exit code {code} while '
+                      f'stopping.', flush=True)
         print('All workers exited.', flush=True)
+
+    def _shutdown(self, role, timeout=10):
+        """Asks a role to exit. Its reply can be lost when the role closes
+        its server right away, so a missing reply is no error: the workers'
+        exit codes decide."""
+        try:
+            self._call(role, 'shutdown', timeout=timeout)
+        except TimeoutError:
+            pass
 
     def _print_progress(self, step):
         actor = self._call('actor', 'status')
@@ -960,99 +1069,10 @@ class _Launch:
         print(f'[Progress] {line}', flush=True)
 
 
-class _Progress:
-    """The launcher's progress lines and final summary from role status."""
+# Env workers (kept here, the original's entry points).
 
-    SERVER_KEYS = ('batches', 'rows', 'partial', 'wait_seconds',
-                   'busy_seconds')
-
-    def __init__(self, args):
-        self.args = args
-        self.last = None
-        self.totals = collections.Counter()
-        self.first_step = None  # Seconds from process start to first step.
-        self.running_since = None
-
-    def observe(self, step):
-        if step > 0 and self.first_step is None:
-            self.running_since = time.monotonic()
-            self.first_step = time.time() - psutil.Process().create_time()
-            print(f'First env step {self.first_step:.1f} s after launch.',
-                  flush=True)
-
-    def line(self, now, step, actor, replay):
-        args = self.args
-        interval = {k: actor.get(f'server/act/{k}', 0)
-                    for k in self.SERVER_KEYS}
-        self.totals.update(interval)
-        current = dict(
-            time=now, step=step, policy=actor.get('policy_steps', 0),
-            train=actor.get('learner_train_steps', 0),
-            insert_wait=replay.get('insert_wait_seconds', 0),
-            sample_wait=replay.get('sample_wait_seconds', 0),
-            batch_wait=actor.get('learner_train_wait_seconds', 0))
-        last, self.last = self.last, current
-        if last is None:
-            return f'step {step}/{int(args.steps)}'
-        span = max(1e-6, now - last['time'])
-        rate = lambda key: (current[key] - last[key]) / span
-        share = lambda key: f'{min(100, 100 * rate(key)):.0f}%'
-        batches = max(1, interval['batches'])
-        return ' | '.join([
-            f'step {step}/{int(args.steps)}',
-            f'env {rate("policy"):.1f}/s',
-            f'train {rate("train"):.2f}/s',
-            f'replay {int(replay.get("size", 0))} '
-            f'(min {int(replay.get("minsize", 0))})',
-            f'waits: replay inserts on limiter {share("insert_wait")}, '
-            f'learner samples on limiter {share("sample_wait")}, '
-            f'learner on batches {share("batch_wait")}',
-            f'policy batches {interval["rows"] / batches:.1f}/'
-            f'{args.actor_batch} envs '
-            f'({100 * interval["partial"] / batches:.0f}% partial, '
-            f'{1000 * interval["wait_seconds"] / batches:.1f} ms filling)',
-        ])
-
-    def summary(self, actor):
-        """Totals since the first env step, as `key=value` pairs."""
-        seconds = time.monotonic() - (self.running_since or time.monotonic())
-        steps = actor.get('policy_steps', 0)
-        train = actor.get('learner_train_steps', 0)
-        batches = max(1, self.totals['batches'])
-        latency = (self.totals['wait_seconds'] +
-                   self.totals['busy_seconds']) / batches
-        values = dict(
-            env_steps=int(steps), train_steps=int(train),
-            seconds=round(seconds, 2),
-            env_fps=round(steps / max(seconds, 1e-6), 1),
-            train_fps=round(train / max(seconds, 1e-6), 2),
-            policy_batch_ms=round(1000 * latency, 3),
-            policy_batch_envs=round(self.totals['rows'] / batches, 2),
-            first_step_s=round(self.first_step or -1, 2))
-        return ' '.join(f'{k}={v}' for k, v in values.items())
-
-
-# Helpers
-
-
-def _complete(args):
-    """`args` with defaults for the keys this runner adds."""
-    missing = {k: v for k, v in DEFAULTS.items() if k not in args}
-    if not missing:
-        return args
-    return elements.Config({**missing, **args})
-
-
-def _ipv6(args):
-    return bool(args.get('ipv6', portal.context.serverkw.get('ipv6', False)))
-
-
-def _dumps(fn):
-    return fn if isinstance(fn, bytes) else cloudpickle.dumps(fn)
-
-
-def _loads(fn):
-    return cloudpickle.loads(fn) if isinstance(fn, bytes) else fn
+parallel_env = env_workers.parallel_env
+parallel_envs = env_workers.parallel_envs
 
 
 if __name__ == '__main__':
