@@ -52,7 +52,34 @@ class WorkerFailed(RuntimeError):
         self.error = error
 
 
-class Supervisor:
+class WorkerGroup:
+    """Waiting for, inspecting and killing a group's `workers`."""
+
+    workers = ()
+
+    def running(self):
+        return [w for w in self.workers if w.exitcode is None]
+
+    def wait(self, timeout):
+        """Waits until all workers ended or `timeout` passed; returns the
+        names of those still running."""
+        deadline = time.monotonic() + timeout
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return [w.name for w in self.running()]
+
+    def failed(self):
+        """(name, exitcode) of the workers that ended with a non-zero code."""
+        return [(w.name, w.exitcode) for w in self.workers
+                if w.exitcode not in (None, 0)]
+
+    def kill(self):
+        for worker in self.workers:
+            if worker.exitcode is None:
+                worker.kill()
+
+
+class Supervisor(WorkerGroup):
 
     def __init__(self):
         self.workers = []
@@ -77,24 +104,3 @@ class Supervisor:
                 continue
             raise WorkerFailed(
                 worker.name, code, getattr(worker, 'error', None))
-
-    def running(self):
-        return [w for w in self.workers if w.exitcode is None]
-
-    def wait(self, timeout):
-        """Waits until all workers ended or `timeout` passed; returns the
-        names of those still running."""
-        deadline = time.monotonic() + timeout
-        while self.running() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return [w.name for w in self.running()]
-
-    def failed(self):
-        """(name, exitcode) of the workers that ended with a non-zero code."""
-        return [(w.name, w.exitcode) for w in self.workers
-                if w.exitcode not in (None, 0)]
-
-    def kill(self):
-        for worker in self.workers:
-            if worker.exitcode is None:
-                worker.kill()

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from embodied import rpc
 from embodied.core import wrappers
 from embodied.rpc.supervisor import (
+    WorkerGroup,
     EXIT_BAD_INPUT, EXIT_ENV_INIT, EXIT_UNREACHABLE)
 
 FATAL = (EXIT_ENV_INIT, EXIT_BAD_INPUT, EXIT_UNREACHABLE)
@@ -91,7 +92,7 @@ class _Slot:
         self.due = None  # When a crashed worker starts again.
 
 
-class EnvPool:
+class EnvPool(WorkerGroup):
     """See the module docstring."""
 
     def __init__(
@@ -165,28 +166,10 @@ class EnvPool:
         for slot in self.slots:
             slot.due = None
 
-    def running(self):
-        return [w for w in self.workers if w.exitcode is None]
-
     def restarting(self):
         """Whether a crashed worker waits for its restart."""
         return any(slot.due is not None for slot in self.slots)
 
-    def wait(self, timeout):
-        """Waits until all workers ended or `timeout` passed; returns the
-        names of those still running."""
-        deadline = time.monotonic() + timeout
-        while self.running() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return [w.name for w in self.running()]
-
-    def failed(self):
-        """(name, exitcode) of current workers that ended non-zero."""
-        return [(w.name, w.exitcode) for w in self.workers
-                if w.exitcode not in (None, 0)]
-
     def kill(self):
         self.stopping()
-        for worker in self.workers:
-            if worker.exitcode is None:
-                worker.kill()
+        super().kill()
