@@ -9,8 +9,19 @@ returns must be indexable by example (an array with a batch axis, or a list).
 """
 
 import elements
+import numpy as np
 
 Space = elements.Space
+
+
+def step_spaces():
+    """The observation spaces every env has besides its own keys."""
+    return {
+        'reward': Space(np.float32),
+        'is_first': Space(bool),
+        'is_last': Space(bool),
+        'is_terminal': Space(bool),
+    }
 
 
 class Agent:

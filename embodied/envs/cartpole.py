@@ -71,10 +71,7 @@ class CartPole(base.Env):
     def obs_space(self):
         return {
             'vector': elements.Space(np.float32, (4,)),
-            'reward': elements.Space(np.float32),
-            'is_first': elements.Space(bool),
-            'is_last': elements.Space(bool),
-            'is_terminal': elements.Space(bool),
+            **base.step_spaces(),
         }
 
     @property

@@ -94,10 +94,7 @@ class Dummy(base.Env):
             'image': elements.Space(np.uint8, self.size + (3,)),
             'vector': elements.Space(np.float32, (VECTOR_SIZE,), -1, 1),
             'count': elements.Space(np.int32, (), 0),
-            'reward': elements.Space(np.float32),
-            'is_first': elements.Space(bool),
-            'is_last': elements.Space(bool),
-            'is_terminal': elements.Space(bool),
+            **base.step_spaces(),
             'log/player_pos': elements.Space(np.float32),
             'log/episode_step': elements.Space(np.int32, (), 0),
         }

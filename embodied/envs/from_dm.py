@@ -66,10 +66,7 @@ class FromDM(base.Env):
     def obs_space(self):
         return {
             **self._obs_space,
-            'reward': elements.Space(np.float32),
-            'is_first': elements.Space(bool),
-            'is_last': elements.Space(bool),
-            'is_terminal': elements.Space(bool),
+            **base.step_spaces(),
         }
 
     @property
