@@ -10,8 +10,7 @@ from embodied.core import checkpoint as cplib
 from embodied.run import episodes as episodeslib
 from embodied.run import saving
 from embodied.run import stopping
-from embodied.run import timing
-from embodied.run.train import should_stop
+from embodied.run.train import should_stop, write_metrics
 
 
 def eval_only(make_agent, make_env, make_logger, args):
@@ -57,11 +56,8 @@ def eval_only(make_agent, make_env, make_logger, args):
             while not should_stop(step, start, stop, args):
                 driver(policy, steps=10)
                 if should_log(step):
-                    logger.add(stats.result(), prefix='epstats')
-                    logger.add(usage.stats(), prefix='usage')
-                    logger.add({'fps/policy': policy_fps.result()})
-                    logger.add({'timer': timing.timer_summary()})
-                    logger.write()
+                    write_metrics(
+                        logger, usage, policy_fps, {'epstats': stats})
                 if should_save(step):
                     cp.save(int(step))
             cp.save(int(step))

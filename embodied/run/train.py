@@ -59,13 +59,9 @@ def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
                     logger.add(trainer.report(), prefix='report')
 
                 if should_log(step):
-                    logger.add(trainer.metrics())
-                    logger.add(stats.result(), prefix='epstats')
-                    logger.add(replay.stats(), prefix='replay')
-                    logger.add(usage.stats(), prefix='usage')
-                    logger.add({'fps/policy': policy_fps.result()})
-                    logger.add({'timer': timing.timer_summary()})
-                    logger.write()
+                    write_metrics(
+                        logger, usage, policy_fps, {'epstats': stats},
+                        {'replay': replay}, trainer)
 
                 if should_save(step):
                     cp.save(int(step))
@@ -87,6 +83,22 @@ def restore(cp, agent, args):
     tag = cp.load_or_save(0)
     if tag is not None:
         print(f'Resumed from the save at step {tag}.')
+
+
+def write_metrics(
+        logger, usage, policy_fps, episodes, replays=None, trainer=None):
+    """Writes the periodic metrics of a single-process runner: `episodes`
+    maps prefixes to EpisodeStats, `replays` prefixes to replays."""
+    if trainer:
+        logger.add(trainer.metrics())
+    for prefix, stats in episodes.items():
+        logger.add(stats.result(), prefix=prefix)
+    for prefix, replay in (replays or {}).items():
+        logger.add(replay.stats(), prefix=prefix)
+    logger.add(usage.stats(), prefix='usage')
+    logger.add({'fps/policy': policy_fps.result()})
+    logger.add({'timer': timing.timer_summary()})
+    logger.write()
 
 
 def should_stop(step, start, stop, args):

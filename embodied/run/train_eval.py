@@ -10,8 +10,7 @@ from embodied.run import episodes as episodeslib
 from embodied.run import learning
 from embodied.run import saving
 from embodied.run import stopping
-from embodied.run import timing
-from embodied.run.train import restore, should_stop
+from embodied.run.train import restore, should_stop, write_metrics
 
 
 def train_eval(
@@ -84,14 +83,10 @@ def train_eval(
                 train_driver(train_policy, steps=10)
 
                 if should_log(step):
-                    logger.add(trainer.metrics())
-                    logger.add(train_stats.result(), prefix='epstats')
-                    logger.add(replay_train.stats(), prefix='replay')
-                    logger.add(replay_eval.stats(), prefix='replay_eval')
-                    logger.add(usage.stats(), prefix='usage')
-                    logger.add({'fps/policy': policy_fps.result()})
-                    logger.add({'timer': timing.timer_summary()})
-                    logger.write()
+                    write_metrics(
+                        logger, usage, policy_fps, {'epstats': train_stats},
+                        {'replay': replay_train, 'replay_eval': replay_eval},
+                        trainer)
 
                 if should_save(step):
                     cp.save(int(step))
