@@ -254,3 +254,36 @@ def test_release_unblocks_a_wait():
     thread.join(timeout=10)
     assert not thread.is_alive()
     assert len(outcome) == 1 and 'blocked forever' in str(outcome[0])
+
+
+def test_wait_on_condition_wakes_on_notify_and_release():
+    changed = threading.Condition()
+    release = threading.Event()
+    state = {'ready': False}
+    outcome = []
+
+    def waiter(predicate):
+        try:
+            outcome.append(limiters.wait(
+                predicate, 'waiting', release=release, changed=changed))
+        except limiters.Released as e:
+            outcome.append(e)
+
+    # Let the waiter back off to its longest poll, then notify.
+    thread = threading.Thread(target=waiter, args=(lambda: state['ready'],))
+    thread.start()
+    threading.Event().wait(0.3)
+    with changed:
+        state['ready'] = True
+        changed.notify_all()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and isinstance(outcome[0], float)
+
+    thread = threading.Thread(target=waiter, args=(lambda: False,))
+    thread.start()
+    release.set()
+    with changed:
+        changed.notify_all()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert isinstance(outcome[1], limiters.Released)

@@ -30,13 +30,16 @@ import time
 # spin a core.
 _FIRST_SLEEP = 1e-4
 _LONGEST_SLEEP = 5e-3
+# With a `changed` condition the waker notifies, so polls are only a fallback.
+_LONGEST_NOTIFIED_SLEEP = 5e-2
 
 
 class Released(Exception):
     """Raised by `wait` when its `release` event is set (e.g. at shutdown)."""
 
 
-def wait(predicate, message, info=None, report_every=30.0, release=None):
+def wait(predicate, message, info=None, report_every=30.0, release=None,
+         changed=None):
     """Blocks until `predicate()` is true and returns the seconds waited.
 
     Polls with short sleeps that back off to a few milliseconds. Every
@@ -45,6 +48,11 @@ def wait(predicate, message, info=None, report_every=30.0, release=None):
     A `report_every` of None or 0 disables the reports. When the optional
     `release` event (a `threading.Event`) is set, the wait ends by raising
     `Released`, so a shutdown never hangs in a wait.
+
+    With `changed` (a `threading.Condition` that the other side notifies after
+    each step that may make `predicate` true, and that is notified when
+    `release` is set), the wait sleeps on it instead: it wakes as soon as it
+    is notified rather than at its next poll, and polls less often.
     """
     if predicate():
         return 0.0
@@ -60,6 +68,12 @@ def wait(predicate, message, info=None, report_every=30.0, release=None):
         if report_every and now - last_report >= report_every:
             last_report = now
             print(_report(message, now - start, info), flush=True)
+        if changed is not None:
+            with changed:  # Checked under the lock, so no notify is missed.
+                if not predicate() and not (release and release.is_set()):
+                    changed.wait(sleep)
+            sleep = min(2 * sleep, _LONGEST_NOTIFIED_SLEEP)
+            continue
         if release is not None:
             release.wait(sleep)
         else:

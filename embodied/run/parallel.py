@@ -415,7 +415,7 @@ class _RemoteStream:
     `prefetch` ahead from the start. Ends (StopIteration) when `stop` is set
     or the replay shuts down."""
 
-    def __init__(self, args, source, stop, counters, prefetch=2):
+    def __init__(self, args, source, stop, counters, prefetch=4):
         self.source = source
         self.stop = stop
         self.counters = counters
@@ -499,6 +499,9 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         minsize=args.batch_size * replay_train.length)
     release = threading.Event()
     lock = threading.Lock()  # Keeps saves apart from inserts and updates.
+    # Notified after inserts, samples and the release, so that limiter waits
+    # wake at once instead of at their next poll (see `limiters.wait`).
+    changed = threading.Condition()
     counts = collections.Counter()
     limit_agg = elements.Agg()
     report_every = args.wait_report
@@ -506,9 +509,17 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     def wait(predicate, message, info=None):
         try:
             return limiters.wait(
-                predicate, message, info, report_every, release)
+                predicate, message, info, report_every, release, changed)
         except limiters.Released:
             return None
+
+    def notify():
+        with changed:
+            changed.notify_all()
+
+    def release_waits():
+        release.set()
+        notify()
 
     def may_insert():
         # The limiter's minsize counts inserts, but a sequence needs `length`
@@ -524,6 +535,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
             if is_eval[i]:
                 with lock:
                     replay_eval.add(tran, envid)
+                notify()
                 counts['eval_inserts'] += 1
                 continue
             with elements.timer.section('replay_insert_wait'):
@@ -537,6 +549,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
             with lock:
                 limiter.insert()
                 replay_train.add(tran, envid)
+            notify()
             counts['inserts'] += 1
             if limiter.size > limiter.minsize:
                 counts['inserts_after_minsize'] += 1
@@ -551,6 +564,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
                 if dur is None:
                     return None  # Shutting down; the learner stops on None.
                 limiter.sample()
+                notify()  # Each sample may let a waiting insert go on.
         # The limiter counts inserts of all envs: with more envs than
         # batch_size it can allow samples before any sequence is complete.
         if wait(lambda: len(replay_train) > 0, 'Replay train is waiting '
@@ -642,7 +656,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     server.bind('update', update)
     server.bind('status', status)
     server.bind('save', save)
-    server.bind('release', release.set)
+    server.bind('release', release_waits)
     server.bind('shutdown', shutdown)
     server.start()
     try:
@@ -650,7 +664,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
             if should_log():
                 logger.add(metrics())
     finally:
-        release.set()
+        release_waits()
         for replay in (replay_train, replay_eval):
             hasattr(replay, 'close') and replay.close()
         server.close()
