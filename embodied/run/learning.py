@@ -41,19 +41,17 @@ class RatioTrainer:
 
     def report(self):
         """Report metrics over `consec_report * report_batches` batches."""
-        agg = elements.Agg()
-        for _ in range(self.args.consec_report * self.args.report_batches):
-            self.carry_report, mets = self.agent.report(
-                self.carry_report, next(self.stream_report))
-            agg.add(mets)
-        return agg.result()
+        self.carry_report, metrics = report_on(
+            self.agent, self.stream_report, self.args, self.carry_report)
+        return metrics
 
     def metrics(self):
         return {**self.agg.result(), 'fps/train': self.fps.result()}
 
 
 def report_on(agent, stream, args, carry):
-    """Report metrics of the agent on batches of another stream (eval)."""
+    """Report metrics of the agent on `consec_report * report_batches`
+    batches of a stream; returns the new carry and the metrics."""
     agg = elements.Agg()
     for _ in range(args.consec_report * args.report_batches):
         carry, mets = agent.report(carry, next(stream))

@@ -84,7 +84,7 @@ def combined(
         env_eval=make_env_eval, stream=make_stream, logger=make_logger)
     factories = {k: wiring.dumps(v) for k, v in factories.items()}
     if args.get('from_checkpoint') and resume_tag(args.logdir) is None:
-        _check_from_checkpoint(args.from_checkpoint)
+        saving.agent_save_folder(args.from_checkpoint)
     auto = any('{auto}' in str(args[k]) for k in ADDR_KEYS)
     for attempt in range(PORT_ATTEMPTS):
         filled = rpc.addresses.fill_auto(
@@ -315,15 +315,8 @@ def parallel_learner(agent, barrier, args):
         cp.load(tag)
         print(f'Learner resumed the agent from the save at step {tag}.')
     elif args.from_checkpoint:
-        try:
-            saving.load_agent(
-                agent, args.from_checkpoint, args.from_checkpoint_regex)
-        except FileNotFoundError:
-            raise
-        except Exception as e:
-            raise ValueError(
-                f'run.from_checkpoint {args.from_checkpoint} does not match '
-                f'the agent: {type(e).__name__}: {e}') from e
+        saving.load_agent(
+            agent, args.from_checkpoint, args.from_checkpoint_regex)
     link.checkpoint = cp
 
     logger = wiring.connect(args, 'logger', 'LearnerLogger', maxinflight=4)
@@ -457,17 +450,6 @@ class _RemoteStream:
 
     def close(self):
         self.client.close(1)
-
-
-def _check_from_checkpoint(path):
-    """Fails before launching when run.from_checkpoint has no agent save."""
-    folder = elements.Path(path)
-    if (folder / 'ckpt' / 'agent').exists():
-        folder = folder / 'ckpt' / 'agent'
-    try:
-        cplib.resolve(folder)
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f'run.from_checkpoint: {e}') from None
 
 
 def resume_tag(logdir):

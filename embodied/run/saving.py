@@ -57,15 +57,27 @@ class RunCheckpoint:
         return latest
 
 
-def load_agent(agent, path, regex=''):
-    """Loads agent parameters from `run.from_checkpoint`: a logdir, its
-    ckpt/agent folder, or one save folder."""
+def agent_save_folder(path):
+    """The agent save that `run.from_checkpoint` names: a logdir, its
+    ckpt/agent folder, or one save folder. Raises FileNotFoundError."""
     path = elements.Path(path)
     if (path / 'ckpt' / 'agent').exists():
         path = path / 'ckpt' / 'agent'
     try:
-        folder = cplib.resolve(path)
+        return cplib.resolve(path)
     except FileNotFoundError as e:
         raise FileNotFoundError(f'run.from_checkpoint: {e}') from None
+
+
+def load_agent(agent, path, regex=''):
+    """Loads agent parameters from `run.from_checkpoint`; a save that does
+    not fit the agent raises a ValueError saying so."""
+    folder = agent_save_folder(path)
     elements.print(f'Loading agent from {folder}')
-    cplib.read(folder, {'agent': lambda data: agent.load(data, regex or None)})
+    try:
+        cplib.read(
+            folder, {'agent': lambda data: agent.load(data, regex or None)})
+    except (KeyError, ValueError, TypeError) as e:
+        raise ValueError(
+            f'run.from_checkpoint {path} does not match the agent: '
+            f'{type(e).__name__}: {e}') from e
