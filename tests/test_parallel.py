@@ -4,6 +4,7 @@ The test agent fails the run when `count` arrives out of order in a policy
 input or a train/report batch, so every run here also checks data integrity.
 """
 
+import os
 import re
 import signal
 import time
@@ -72,6 +73,12 @@ def finish(run, tree, timeout=240):
     return code, output
 
 
+def summary(output):
+    """The launcher's final `[Summary] key=value ...` line as numbers."""
+    line = re.findall(r'\[Summary\] (.*)', output)[-1]
+    return {k: float(v) for k, v in (x.split('=') for x in line.split())}
+
+
 def progress_step(output):
     steps = re.findall(r'\[Progress\] step (\d+)/', output)
     return int(steps[-1]) if steps else 0
@@ -95,9 +102,13 @@ def test_runs_to_steps_with_ratio_saves_and_eval_split(tmp_path):
     output = run_to_end(
         logdir, '--run.steps', '2000', '--run.envs', '4',
         '--run.eval_envs', '1', '--run.save_every', '2',
-        '--run.train_ratio', '32')
+        '--run.train_ratio', '32', '--testing.replay_outs', 'True')
     assert 'Reached run.steps (2000)' in output
     assert 'All workers exited.' in output
+    if os.path.isdir('/dev/shm'):
+        # Train batches came through shared memory, and every one of them
+        # passed the test agent's content checks.
+        assert summary(output)['shared_batches'] > 0, output[-3000:]
 
     tags = {role: launch.saved_tags(logdir, role)
             for role in ('agent', 'replay', 'logger')}
@@ -124,8 +135,10 @@ def test_agent_process_and_grouped_envs(tmp_path):
     output = run_to_end(
         logdir, '--run.steps', '400', '--run.envs', '4',
         '--run.envs_per_worker', '2', '--run.eval_envs', '0',
-        '--run.agent_process', 'True', '--run.actor_batch', '4')
+        '--run.agent_process', 'True', '--run.actor_batch', '4',
+        '--run.shared_batches', 'False')
     assert 'Reached run.steps (400)' in output
+    assert summary(output)['shared_batches'] == 0  # All over the socket.
     assert launch.saved_tags(logdir, 'agent')[-1] >= 400
     assert launch.latest_value(logdir, 'train/train_batches') > 0
 

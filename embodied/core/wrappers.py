@@ -5,6 +5,7 @@ A wrapper that changes what observations or actions look like also overrides
 """
 
 import collections
+import math
 import time
 
 import elements
@@ -278,6 +279,11 @@ class _SpaceCheck:
             trivial_low, trivial_high = low == -np.inf, high == np.inf
         self.low = self._reduce(low, trivial_low)
         self.high = self._reduce(high, trivial_high)
+        # Scalars are most keys of a step: they compare as Python numbers.
+        self.scalar = space.shape == ()
+        if self.scalar:
+            self.scalar_low = None if self.low is None else self.low.item()
+            self.scalar_high = None if self.high is None else self.high.item()
 
     @staticmethod
     def _reduce(bound, trivial):
@@ -302,6 +308,8 @@ class _SpaceCheck:
             return 'wrong shape'
         if array.dtype != space.dtype:
             return 'wrong dtype'
+        if self.scalar:
+            return self._check_scalar(array.item())
         if not array.size:
             return None
         if self.floating and not np.isfinite(array.sum()):
@@ -319,6 +327,16 @@ class _SpaceCheck:
                     return 'out of bounds'
             elif (array > self.high).any():
                 return 'out of bounds'
+        return None
+
+
+    def _check_scalar(self, number):
+        if self.floating and not math.isfinite(number):
+            return 'not finite'
+        if self.scalar_low is not None and number < self.scalar_low:
+            return 'out of bounds'
+        if self.scalar_high is not None and number > self.scalar_high:
+            return 'out of bounds'
         return None
 
 

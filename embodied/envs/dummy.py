@@ -7,6 +7,7 @@ The image and vector are deterministic functions of that count (`image_for`,
 check that each step arrived intact and in order.
 """
 
+import functools
 import os
 import signal
 
@@ -29,12 +30,21 @@ CONT_SIZE = 2
 def image_for(count, size):
     """The image shown at `count`: uint8, shape count.shape + size + (3,)."""
     count = np.asarray(count, np.int64)[..., None, None, None]
+    # uint8 addition wraps around, which is the `% 256` of the pattern.
+    return _pattern(tuple(size)) + (count % 256).astype(np.uint8)
+
+
+@functools.lru_cache(maxsize=8)
+def _pattern(size):
+    """(3 y + 5 x + 7 channel) % 256: position-dependent, so that a
+    transposed or shifted image is caught too."""
     height, width = size
     y = np.arange(height)[:, None, None]
     x = np.arange(width)[None, :, None]
     channel = np.arange(3)[None, None, :]
-    # Position-dependent so that a transposed or shifted image is caught too.
-    return ((count + 3 * y + 5 * x + 7 * channel) % 256).astype(np.uint8)
+    pattern = ((3 * y + 5 * x + 7 * channel) % 256).astype(np.uint8)
+    pattern.setflags(write=False)
+    return pattern
 
 
 def vector_for(count):

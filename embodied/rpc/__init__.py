@@ -5,6 +5,7 @@
 * `server`: a single-process RPC server with batching and partial flushes.
 * `client`: portal's client on an event-driven socket loop; bounded
   connects and interruptible waits.
+* `slots`: large replies through shared memory on one machine.
 * `workers`: processes and threads for the roles of a launch.
 * `supervisor`: starts the workers of a launch together and watches them.
 """
@@ -12,6 +13,7 @@
 from . import addresses
 from . import client
 from . import server
+from . import slots
 from . import sockets
 from . import supervisor
 from . import workers

@@ -20,29 +20,24 @@ class EpisodeStats:
         self.logger = logger
         self.prefix = prefix
         self.video_worker = video_worker
-        self.episodes = collections.defaultdict(elements.Agg)
+        self.episodes = {}
         self.epstats = elements.Agg()
 
     def add(self, tran, worker=0):
+        if tran['is_first'] or worker not in self.episodes:
+            self.episodes[worker] = _Episode()
         episode = self.episodes[worker]
-        if tran['is_first']:
-            episode.reset()
-        episode.add('score', tran['reward'], agg='sum')
-        episode.add('length', 1, agg='sum')
-        episode.add('rewards', tran['reward'], agg='stack')
+        episode.rewards.append(float(tran['reward']))
         for key, value in tran.items():
-            value = np.asarray(value)
-            if value.dtype == np.uint8 and value.ndim == 3:
-                if worker == self.video_worker:
-                    episode.add(f'policy_{key}', value, agg='stack')
-            elif key.startswith('log/'):
-                if value.ndim != 0:
+            if key.startswith('log/'):
+                if np.ndim(value) != 0:
                     raise ValueError(
                         f"Env metric '{key}' must be a scalar, got shape "
-                        f"{value.shape} ({value.dtype}).")
-                episode.add(key + '/avg', value, agg='avg')
-                episode.add(key + '/max', value, agg='max')
-                episode.add(key + '/sum', value, agg='sum')
+                        f"{np.shape(value)} ({np.asarray(value).dtype}).")
+                episode.logs[key].append(float(value))
+            elif worker == self.video_worker and getattr(
+                    value, 'dtype', None) == np.uint8 and value.ndim == 3:
+                episode.frames[key].append(value)
         if tran['is_last']:
             self._finish(worker)
 
@@ -54,13 +49,40 @@ class EpisodeStats:
         return self.epstats.result()
 
     def _finish(self, worker):
-        result = self.episodes.pop(worker).result()
+        episode = self.episodes.pop(worker)
+        rewards = np.asarray(episode.rewards, np.float64)
         self.logger.add({
-            'score': result.pop('score'),
-            'length': result.pop('length') - 1,
+            'score': _nansum(rewards),
+            'length': np.float64(len(rewards) - 1),
         }, prefix=self.prefix)
-        rewards = result.pop('rewards')
+        result = {}
         if len(rewards) > 1:
             result['reward_rate'] = (
                 np.abs(rewards[1:] - rewards[:-1]) >= 0.01).mean()
+        for key, values in episode.logs.items():
+            values = np.asarray(values, np.float64)
+            kept = values[~np.isnan(values)]
+            empty = not len(kept)
+            result[key + '/avg'] = np.nan if empty else kept.mean()
+            result[key + '/max'] = np.nan if empty else kept.max()
+            result[key + '/sum'] = np.nan if empty else kept.sum()
+        for key, frames in episode.frames.items():
+            result[f'policy_{key}'] = np.stack(frames)
         self.epstats.add(result)
+
+
+class _Episode:
+    """What one running episode has collected so far."""
+
+    __slots__ = ('rewards', 'logs', 'frames')
+
+    def __init__(self):
+        self.rewards = []
+        self.logs = collections.defaultdict(list)
+        self.frames = collections.defaultdict(list)
+
+
+def _nansum(values):
+    """The sum of the values that are not NaN (NaN when all are)."""
+    kept = values[~np.isnan(values)]
+    return np.float64(kept.sum()) if len(kept) else np.float64(np.nan)

@@ -326,8 +326,10 @@ def parallel_learner(agent, barrier, args):
 
     names = ('train', 'report', 'eval') if args.eval_envs else (
         'train', 'report')
-    sources = {source: _RemoteStream(args, source, stop, link.learner)
-               for source in names}
+    sources = {source: _RemoteStream(
+        args, source, stop, link.learner,
+        shared=(source == 'train' and args.shared_batches))
+        for source in names}
 
     def evaluate(stream):
         carry = agent.init_report(args.batch_size)
@@ -406,18 +408,26 @@ def parallel_learner(agent, barrier, args):
 class _RemoteStream:
     """Batches from the replay's `sample_batch_<source>`, requested
     `prefetch` ahead from the start. Ends (StopIteration) when `stop` is set
-    or the replay shuts down."""
+    or the replay shuts down.
 
-    def __init__(self, args, source, stop, counters, prefetch=4):
+    With `shared`, once the first batch has shown the layout, batches come
+    through a ring of shared-memory slots (`rpc.slots`) instead of the socket
+    when the replay is on this machine."""
+
+    def __init__(self, args, source, stop, counters, prefetch=4,
+                 shared=False):
         self.source = source
         self.stop = stop
         self.counters = counters
+        self.shared = shared
+        self.ring = None
+        self.ring_slots = 2 * prefetch  # Room for batches the agent holds.
         self.client = wiring.connect(
             args, 'replay', f'LearnerReplay{source.title()}')
         self.call = functools.partial(
             self.client.call, f'sample_batch_{source}')
         self.futures = collections.deque(
-            self.call() for _ in range(prefetch))
+            self._request() for _ in range(prefetch))
         self.received = 0
         self.report_every = args.wait_report
         self.addr = args.replay_addr
@@ -429,26 +439,72 @@ class _RemoteStream:
 
     def ready(self):
         """Whether a batch has arrived (so `next` will not wait long)."""
-        return self.received > 0 or self.futures[0].done()
+        return self.received > 0 or self.futures[0][0].done()
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        self.futures.append(self.call())
+        self.futures.append(self._request())
+        future, ring, slot = self.futures.popleft()
         start = time.monotonic()
         with elements.timer.section(f'stream_{self.source}_response'):
             data = rpc.result(
-                self.futures.popleft(), self.stop,
+                future, self.stop,
                 report_every=self.report_every, report=self._report)
         self.counters[f'{self.source}_wait_seconds'] += (
             time.monotonic() - start)
         if data is None:
+            if slot is not None:
+                ring.release(slot)
             raise StopIteration
         self.received += 1
+        return self._receive(data, ring, slot)
+
+    def _request(self):
+        ring = self.ring
+        slot = ring.acquire() if ring else None
+        if slot is None:
+            return self.call(), None, None
+        return self.call(ring.target(slot)), ring, slot
+
+    def _receive(self, data, ring, slot):
+        if slot is not None and rpc.slots.is_slot_reply(data):
+            assert int(data) == slot, (int(data), slot)
+            ring.unlink()  # The replay has it mapped now.
+            self.counters[f'{self.source}_shared_batches'] += 1
+            return ring.read(slot)
+        if slot is not None:
+            ring.release(slot)
+            if ring is self.ring:  # Not yet replaced after an earlier one.
+                self._fall_back(data)
+        elif self.shared and self.ring is None:
+            self._start_ring(data)
         return data
 
+    def _start_ring(self, data):
+        self.shared = False  # One try per layout.
+        layout = rpc.slots.layout_of(data)
+        self.ring, problem = rpc.slots.SlotRing.create(layout, self.ring_slots)
+        if problem:
+            print(f'Learner: {self.source} batches come over the socket '
+                  f'({problem}).', flush=True)
+
+    def _fall_back(self, data):
+        """The replay sent a batch instead of using the slot."""
+        ring, self.ring = self.ring, None
+        ring.close()
+        if rpc.slots.layout_of(data) != ring.layout:
+            self.shared = True  # The layout changed: a ring for the new one.
+            self._start_ring(data)
+        else:
+            print(f'Learner: {self.source} batches come over the socket (the '
+                  f'replay at {self.addr} cannot open {ring.path}).',
+                  flush=True)
+
     def close(self):
+        if self.ring:
+            self.ring.close()
         self.client.close(1)
 
 
@@ -487,6 +543,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     counts = collections.Counter()
     limit_agg = elements.Agg()
     report_every = args.wait_report
+    slot_writer = rpc.slots.SlotWriter()
 
     def wait(predicate, message, info=None):
         try:
@@ -512,41 +569,49 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     def add_batch(data):
         envids = data.pop('envid').tolist()
         is_eval = data.pop('is_eval').tolist()
-        for i, envid in enumerate(envids):
-            tran = {k: v[i] for k, v in data.items()}
-            if is_eval[i]:
-                with lock:
+        rows = [(envid, {k: v[i] for k, v in data.items()})
+                for i, envid in enumerate(envids)]
+        evals = [row for row, flag in zip(rows, is_eval) if flag]
+        if evals:
+            with lock:
+                for envid, tran in evals:
                     replay_eval.add(tran, envid)
-                notify()
-                counts['eval_inserts'] += 1
-                continue
+            notify()
+            counts['eval_inserts'] += len(evals)
+        train = [row for row, flag in zip(rows, is_eval) if not flag]
+        while train:
             with elements.timer.section('replay_insert_wait'):
                 dur = wait(may_insert, 'Replay insert is waiting',
                            limiter.state)
             # Released at shutdown: insert anyway, so replay and logger agree.
+            released = dur is None
             dur = dur or 0.0
             limit_agg.add('insert_wait_dur', dur, agg='sum')
-            limit_agg.add('insert_wait_frac', dur > 0, agg='avg')
             counts['insert_wait_seconds'] += dur
-            with lock:
-                limiter.insert()
-                replay_train.add(tran, envid)
+            counts['insert_waits'] += dur > 0
+            with lock:  # As many as the limiter allows in one go.
+                while train and (released or may_insert()):
+                    envid, tran = train.pop(0)
+                    limiter.insert()
+                    replay_train.add(tran, envid)
+                    counts['inserts'] += 1
+                    if limiter.size > limiter.minsize:
+                        counts['inserts_after_minsize'] += 1
             notify()
-            counts['inserts'] += 1
-            if limiter.size > limiter.minsize:
-                counts['inserts_after_minsize'] += 1
         return {}
 
-    def sample_batch_train():
+    def sample_batch_train(target=None):
         start = time.monotonic()
         with elements.timer.section('replay_sample_wait'):
-            for _ in range(args.batch_size):
+            needed = args.batch_size
+            while needed:
                 dur = wait(limiter.want_sample, 'Replay sample is waiting',
                            limiter.state)
                 if dur is None:
                     return None  # Shutting down; the learner stops on None.
-                limiter.sample()
-                notify()  # Each sample may let a waiting insert go on.
+                while needed and limiter.try_sample():
+                    needed -= 1
+                notify()  # The samples may let a waiting insert go on.
         # The limiter counts inserts of all envs: with more envs than
         # batch_size it can allow samples before any sequence is complete.
         if wait(lambda: len(replay_train) > 0, 'Replay train is waiting '
@@ -558,7 +623,9 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         limit_agg.add('sample_wait_dur', waited, agg='sum')
         counts['sample_wait_seconds'] += waited
         counts['samples'] += args.batch_size
-        return next(stream_train)  # The replay is thread-safe.
+        batch = next(stream_train)  # The replay is thread-safe.
+        # With a target, the batch goes through the learner's shared memory.
+        return slot_writer.write(target, batch)
 
     def sample_from(replay, stream, what):
         def sample():
@@ -609,11 +676,19 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     should_log = embodied.LocalClock(args.log_every)
     usage = elements.Usage(**args.usage.update(nvsmi=False))
 
+    logged = {'inserts': 0.0, 'insert_waits': 0.0}
+
     def metrics():
         current = status()
         stats = {}
         stats['timer/replay'] = timing.timer_summary()
         stats.update(prefix(limit_agg.result(), 'limiter'))
+        inserts = current.get('inserts', 0.0) - logged['inserts']
+        waits = current.get('insert_waits', 0.0) - logged['insert_waits']
+        if inserts:
+            stats['limiter/insert_wait_frac'] = waits / inserts
+        logged.update(inserts=current.get('inserts', 0.0),
+                      insert_waits=current.get('insert_waits', 0.0))
         stats['limiter/train_ratio'] = current['train_ratio']
         for key in ('inserts', 'eval_inserts', 'samples'):
             stats[f'parallel_replay/{key}'] = current.get(key, 0.0)
@@ -650,6 +725,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         for replay in (replay_train, replay_eval):
             hasattr(replay, 'close') and replay.close()
         server.close()
+        slot_writer.close()
         logger.close(1)
     return 0
 

@@ -75,5 +75,6 @@ class Progress:
             policy_batch_ms=round(1000 * latency, 3),
             policy_batch_envs=round(self.totals['rows'] / batches, 2),
             first_step_s=round(self.first_step or -1, 2),
-            env_restarts=env_restarts)
+            env_restarts=env_restarts,
+            shared_batches=int(actor.get('learner_train_shared_batches', 0)))
         return ' '.join(f'{k}={v}' for k, v in values.items())

@@ -17,6 +17,7 @@ DEFAULTS = dict(
     actor_flush=0.02,       # seconds before a partial policy batch runs
     save_keep=3,            # checkpoints kept per role
     drain_timeout=30,       # seconds a save waits for transitions in flight
+    shared_batches=True,    # train batches through /dev/shm on one machine
 )
 
 STOP_KEY = '__stop__'       # in an act reply: the env worker should exit

@@ -1,0 +1,240 @@
+"""Large replies through shared memory, for a client and server on one machine.
+
+The learner takes about one batch from the replay per few env steps, and with
+images a batch is a megabyte or more. Over loopback TCP each batch costs a
+send and a receive of all its bytes (about 0.5 ms of CPU on each side on a
+small machine). With slots, the client keeps a ring of batch-sized slots in
+one file under /dev/shm and names a free slot in its request; the server
+writes the batch there and replies with just the slot number:
+
+    ring = SlotRing.create(layout_of(first_batch), slots=8)      # client
+    slot = ring.acquire()                    # None while all are in use
+    reply = client.call('sample_batch_train', ring.target(slot)).result()
+    batch = ring.read(slot) if is_slot_reply(reply) else reply
+
+    writer = SlotWriter()                                        # server
+    def sample_batch_train(target=None):
+        return writer.write(target, make_batch())  # slot number or batch
+
+A slot is free again once every array read from it has been garbage
+collected, so a consumer may keep batches as long as it likes (JAX on CPU may
+alias them instead of copying). Whatever rules the shared path out (the
+server on another machine, a layout that changed, no /dev/shm or too little
+room there) makes the server send the batch itself. The client unlinks the
+file as soon as the server has mapped it, so nothing is left in /dev/shm when
+either process is killed.
+
+The server writes only into files directly in /dev/shm whose names carry
+`PREFIX`, so a peer cannot make it write elsewhere.
+"""
+
+import collections
+import math
+import mmap
+import os
+import tempfile
+import threading
+import weakref
+
+import numpy as np
+
+SHM_DIR = '/dev/shm'
+PREFIX = 'embodied-slots-'
+_ALIGN = 64  # Bytes; aligned arrays let XLA on CPU use them without a copy.
+
+
+def layout_of(batch):
+    """The `(key, dtype, shape)` of every array of a batch, or None when the
+    batch is not a non-empty dict of arrays."""
+    if not isinstance(batch, dict) or not batch:
+        return None
+    if not all(isinstance(v, np.ndarray) and v.dtype != object
+               for v in batch.values()):
+        return None
+    return tuple((str(k), v.dtype.str, tuple(v.shape))
+                 for k, v in batch.items())
+
+
+def signature(layout):
+    """A layout as one short string, compared by the server."""
+    return ';'.join(f'{k}:{d}:{",".join(map(str, s))}' for k, d, s in layout)
+
+
+def is_slot_reply(reply):
+    """Whether a reply is a slot number rather than the data itself."""
+    return isinstance(reply, (int, np.integer)) or (
+        isinstance(reply, np.ndarray) and reply.ndim == 0 and
+        reply.dtype.kind in 'iu')
+
+
+def _offsets(layout):
+    """Byte offsets of the arrays within a slot, and the slot's stride."""
+    offsets, size = [], 0
+    for _, dtype, shape in layout:
+        offsets.append(size)
+        nbytes = np.dtype(dtype).itemsize * math.prod(shape)
+        size += max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+    stride = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+    return offsets, stride
+
+
+def _views(mapping, layout, offsets, start):
+    return {key: np.ndarray(shape, dtype, buffer=mapping, offset=start + off)
+            for (key, dtype, shape), off in zip(layout, offsets)}
+
+
+class SlotRing:
+    """The client's slots; see the module docstring. Thread-safe."""
+
+    def __init__(self, layout, slots, directory=SHM_DIR):
+        assert layout and slots >= 1, (layout, slots)
+        self.layout = tuple(layout)
+        self.signature = signature(self.layout)
+        self.offsets, self.stride = _offsets(self.layout)
+        self.slots = slots
+        fd, self.path = tempfile.mkstemp(prefix=PREFIX, dir=directory)
+        try:
+            # Reserves the pages now: a full tmpfs fails here with ENOSPC
+            # instead of killing the server with SIGBUS on a later write.
+            os.posix_fallocate(fd, 0, self.stride * slots)
+            self._map = mmap.mmap(fd, self.stride * slots)
+        except BaseException:
+            os.unlink(self.path)
+            raise
+        finally:
+            os.close(fd)
+        self._lock = threading.Lock()
+        self._free = collections.deque(range(slots))
+        self._linked = True
+
+    @classmethod
+    def create(cls, layout, slots, directory=SHM_DIR):
+        """A ring, or None (and why) when shared memory is unavailable."""
+        if not layout:
+            return None, 'the data is no dict of arrays'
+        if not os.path.isdir(directory):
+            return None, f'{directory} does not exist'
+        try:
+            return cls(layout, slots, directory), None
+        except OSError as e:
+            return None, f'{directory}: {e.strerror or e}'
+
+    @property
+    def nbytes(self):
+        return self.stride * self.slots
+
+    def acquire(self):
+        """A free slot number, or None while every slot is in use."""
+        with self._lock:
+            return self._free.popleft() if self._free else None
+
+    def release(self, slot):
+        """Gives back a slot that was acquired but not read (and, called by
+        `read`'s finalizer, one whose batch is gone)."""
+        with self._lock:
+            self._free.append(slot)
+
+    def target(self, slot):
+        """What a request names for the server to write into."""
+        return [self.path, int(slot), self.signature]
+
+    def read(self, slot):
+        """The batch in `slot`, as arrays that share its memory. The slot is
+        free again once all of them are garbage collected."""
+        # Every array is a view of one array over the slot, which therefore
+        # lives exactly as long as the last of them.
+        whole = np.frombuffer(
+            self._map, np.uint8, self.stride, slot * self.stride)
+        weakref.finalize(whole, self.release, slot)
+        return _views(whole, self.layout, self.offsets, 0)
+
+    def unlink(self):
+        """Removes the file's name; the memory lives on while mapped."""
+        if self._linked:
+            self._linked = False
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def close(self):
+        """Unlinks the file. The mapping stays until the last batch read
+        from it is gone (closing it under live arrays would crash them)."""
+        self.unlink()
+        self._map = None
+
+
+class SlotWriter:
+    """The server's side: writes batches into the slots clients name."""
+
+    def __init__(self, directory=SHM_DIR, keep=8):
+        self.directory = os.path.realpath(directory)
+        self.keep = keep
+        self._maps = collections.OrderedDict()  # path -> mmap
+        self._lock = threading.Lock()
+
+    def write(self, target, batch):
+        """Writes `batch` into the slot `target` names and returns the slot
+        number; returns `batch` itself when there is no target or it cannot
+        be used."""
+        if target is None:
+            return batch
+        try:
+            path, slot, expected = target
+            slot = int(slot)
+        except (TypeError, ValueError):
+            return batch
+        layout = layout_of(batch)
+        if layout is None or signature(layout) != expected or slot < 0:
+            return batch
+        offsets, stride = _offsets(layout)
+        mapping = self._open(path)
+        if mapping is None or (slot + 1) * stride > len(mapping):
+            return batch
+        views = _views(mapping, layout, offsets, slot * stride)
+        for key, view in views.items():
+            np.copyto(view, batch[key])
+        return slot
+
+    def _open(self, path):
+        with self._lock:
+            mapping = self._maps.get(path)
+            if mapping is not None:
+                self._maps.move_to_end(path)
+                return mapping
+            if not self._allowed(path):
+                return None
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+            except OSError:
+                return None  # Another machine, or the client unlinked it.
+            try:
+                mapping = mmap.mmap(fd, 0)
+            except (OSError, ValueError):
+                return None
+            finally:
+                os.close(fd)
+            self._maps[path] = mapping
+            while len(self._maps) > self.keep:
+                _close(self._maps.popitem(last=False)[1])
+            return mapping
+
+    def _allowed(self, path):
+        if not isinstance(path, str):
+            return False
+        folder, name = os.path.split(path)
+        return (name.startswith(PREFIX) and '/' not in name and
+                os.path.realpath(folder) == self.directory)
+
+    def close(self):
+        with self._lock:
+            for mapping in self._maps.values():
+                _close(mapping)
+            self._maps.clear()
+
+
+def _close(mapping):
+    try:
+        mapping.close()
+    except BufferError:
+        pass  # A write is still using it; it goes with its last view.
