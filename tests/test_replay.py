@@ -107,6 +107,38 @@ def test_worker_ids_from_arrays_are_accepted():
     assert replay.stats()['workers'] == 2 and len(replay) == 4
 
 
+def test_add_batch_equals_adding_each_row():
+    one, many = Replay(3, 50, chunksize=4), Replay(3, 50, chunksize=4)
+    counts = [0, 0, 0]  # Each worker's own time steps.
+    for t in range(12):
+        workers = [0, 1, 2] if t % 2 else [2, 0]
+        rows = []
+        for w in workers:
+            rows.append(step(counts[w], w))
+            counts[w] += 1
+            one.add(rows[-1], worker=w)
+        many.add_batch(
+            {k: np.stack([r[k] for r in rows]) for k in rows[0]},
+            np.asarray(workers))
+    assert len(one) == len(many) > 0
+    assert contents(one) == contents(many)
+    batch = many.sample(20)
+    assert_consecutive(batch, 3)
+    assert batch['image'].dtype == np.uint8
+
+
+def test_add_batch_checks_rows_and_columns():
+    replay = Replay(2, 10)
+    replay.add(step(0))
+    with pytest.raises(ValueError, match="'t' has shape"):
+        replay.add_batch({'t': np.zeros(3, np.int32)}, [0, 1])
+    bad = {'t': np.zeros(2, np.float32), 'worker': np.zeros(2, np.int32),
+           'image': np.zeros((2, 2, 2), np.uint8)}
+    with pytest.raises(ValueError, match="key 't'"):
+        replay.add_batch(bad, [0, 1])
+    assert replay.stats()['inserts'] == 0  # Nothing half-added.
+
+
 def test_bad_steps_are_rejected_with_the_key():
     replay = Replay(length=2)
     replay.add(step(0))

@@ -127,23 +127,49 @@ class Replay:
         step = _prepare_step(step, self.name)
         with elements.timer.section('replay_add'), self._lock:
             step = self._check_step(step, worker)
-            stream = self._streams.get(worker)
-            if stream is None:
-                stream = _Stream(self._new_chunk(refs=1).uuid)
-                self._streams[worker] = stream
-            chunk = self._chunks[stream.chunk]
-            index = chunk.length
-            chunk.append(step)
-            self._refs[chunk.uuid] += 1
-            stream.pending.append((chunk.uuid, index, stream.count))
-            stream.count += 1
-            if chunk.full:
-                self._complete(stream)
-            if len(stream.pending) >= self.length:
-                uuid, index, position = stream.pending.popleft()
-                itemid = self._insert(uuid, index)
-                if self.online and position % self.length == 0:
-                    self._online_queue.append(itemid)
+            self._append(step, worker)
+
+    def add_batch(self, steps, workers):
+        """Adds row `i` of every array in `steps` as a step of `workers[i]`,
+        in order: the same as calling `add` for each row, with the checks
+        done once for the whole batch."""
+        workers = [_worker_key(w) for w in workers]
+        steps = _prepare_step(steps, self.name)
+        for key, value in steps.items():
+            if value.ndim < 1 or len(value) != len(workers):
+                raise ValueError(
+                    f"Replay '{self.name}'.add_batch: '{key}' has shape "
+                    f"{value.shape}, expected a first axis of "
+                    f"{len(workers)} rows, one per worker.")
+        if not workers:
+            return
+        with elements.timer.section('replay_add'), self._lock:
+            # The checks see the first row; all rows share dtype and shape.
+            first = self._check_step(
+                {k: v[0] for k, v in steps.items()}, workers[0])
+            steps = {k: steps[k].astype(first[k].dtype, copy=False)
+                     for k in first}
+            for i, worker in enumerate(workers):
+                self._append({k: v[i] for k, v in steps.items()}, worker)
+
+    def _append(self, step, worker):
+        stream = self._streams.get(worker)
+        if stream is None:
+            stream = _Stream(self._new_chunk(refs=1).uuid)
+            self._streams[worker] = stream
+        chunk = self._chunks[stream.chunk]
+        index = chunk.length
+        chunk.append(step)
+        self._refs[chunk.uuid] += 1
+        stream.pending.append((chunk.uuid, index, stream.count))
+        stream.count += 1
+        if chunk.full:
+            self._complete(stream)
+        if len(stream.pending) >= self.length:
+            uuid, index, position = stream.pending.popleft()
+            itemid = self._insert(uuid, index)
+            if self.online and position % self.length == 0:
+                self._online_queue.append(itemid)
 
     def _check_step(self, step, worker):
         if self._step_keys is not None and step.keys() != self._step_keys:

@@ -20,8 +20,10 @@ import time
 import portal
 from portal import buffers
 from portal import client_socket
+from portal import futures as portal_futures
 
 from . import addresses
+from . import wire
 
 _POLL_MS = 200
 _READ = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP
@@ -148,16 +150,54 @@ class Client(portal.Client):
         self.socket.callbacks_conn.append(self._conn)
         self.socket.start()
 
+    def call(self, method, *data):
+        # portal's `call`, encoding with `wire` (same bytes, less CPU).
+        reqnum = next(self.reqnum).to_bytes(8, 'little', signed=False)
+        start = time.time()
+        while len(self.futures) >= self.maxinflight:
+            with self.cond:
+                self.cond.wait(timeout=0.2)
+            try:
+                self.socket.require_connection(timeout=0)
+            except TimeoutError:
+                pass
+        with self.lock:
+            self.waitmean[1] += time.time() - start
+            self.waitmean[0] += 1
+            self.sendrate[0] += 1
+        if self.errors:  # Errors of futures that were dropped.
+            raise self.errors.popleft()
+        name = method.encode('utf-8')
+        strlen = len(name).to_bytes(8, 'little', signed=False)
+        sendargs = (reqnum, strlen, name, *wire.pack(data))
+        future = portal_futures.Future()
+        future.sendargs = sendargs
+        # Stored before sending: the reply may arrive first.
+        self.futures[reqnum] = future
+        try:
+            self.socket.send(*sendargs)
+        except portal.Disconnected:
+            self.futures.pop(reqnum, None)
+            raise
+        return future
+
     def _recv(self, data):
         status = int.from_bytes(data[8:16], 'little') if len(data) >= 16 else 0
         error = _ERRORS.get(status)
-        if error is None:
+        if status == 0 and len(data) >= 16:
+            future = self.futures.pop(bytes(data[:8]), None)
+            if future:
+                future.set_result(wire.unpack(data[16:]))
+                with self.cond:
+                    self.cond.notify_all()
+        elif error is None:
             return super()._recv(data)
-        future = self.futures.pop(bytes(data[:8]), None)
-        if future:
-            self._seterr(future, error(bytes(data[16:]).decode('utf-8')))
-            with self.cond:
-                self.cond.notify_all()
+        else:
+            future = self.futures.pop(bytes(data[:8]), None)
+            if future:
+                self._seterr(future, error(bytes(data[16:]).decode('utf-8')))
+                with self.cond:
+                    self.cond.notify_all()
         try:
             self.socket.recv()
         except AssertionError:

@@ -42,6 +42,7 @@ import numpy as np
 import portal
 
 from . import sockets
+from . import wire
 
 _OK = (0).to_bytes(8, 'little')
 _UNKNOWN_METHOD = (3).to_bytes(8, 'little')
@@ -235,7 +236,7 @@ class Server:
             reqnum = bytes(data[:8])
             strlen = int.from_bytes(data[8:16], 'little')
             name = bytes(data[16:16 + strlen]).decode('utf-8')
-            args = portal.unpack(data[16 + strlen:])
+            args = wire.unpack(data[16 + strlen:])
             assert isinstance(args, list), type(args)
         except Exception:
             self._log(f'Dropping {addr}: undecodable message.')
@@ -401,7 +402,7 @@ class Server:
 
     def _send(self, addr, reqnum, data):
         try:
-            self.socket.send(addr, reqnum, _OK, *portal.pack(data))
+            self.socket.send(addr, reqnum, _OK, *wire.pack(data))
         except Exception as e:  # The client may be gone; others continue.
             self._log(f'Could not reply to {addr}: {type(e).__name__}: {e}')
 

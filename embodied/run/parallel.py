@@ -567,19 +567,22 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         return limiter.want_insert() or not len(replay_train)
 
     def add_batch(data):
-        envids = data.pop('envid').tolist()
-        is_eval = data.pop('is_eval').tolist()
-        rows = [(envid, {k: v[i] for k, v in data.items()})
-                for i, envid in enumerate(envids)]
-        evals = [row for row, flag in zip(rows, is_eval) if flag]
-        if evals:
+        envids = data.pop('envid')
+        is_eval = data.pop('is_eval').astype(bool)
+        if is_eval.any():
+            rows = np.flatnonzero(is_eval)
             with lock:
-                for envid, tran in evals:
-                    replay_eval.add(tran, envid)
+                replay_eval.add_batch(
+                    {k: v[rows] for k, v in data.items()},
+                    envids[rows].tolist())
             notify()
-            counts['eval_inserts'] += len(evals)
-        train = [row for row, flag in zip(rows, is_eval) if not flag]
-        while train:
+            counts['eval_inserts'] += len(rows)
+            rows = np.flatnonzero(~is_eval)
+            data = {k: v[rows] for k, v in data.items()}
+            envids = envids[rows]
+        envids = envids.tolist()
+        done = 0
+        while done < len(envids):
             with elements.timer.section('replay_insert_wait'):
                 dur = wait(may_insert, 'Replay insert is waiting',
                            limiter.state)
@@ -590,13 +593,17 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
             counts['insert_wait_seconds'] += dur
             counts['insert_waits'] += dur > 0
             with lock:  # As many as the limiter allows in one go.
-                while train and (released or may_insert()):
-                    envid, tran = train.pop(0)
+                stop = done
+                while stop < len(envids) and (released or may_insert()):
                     limiter.insert()
-                    replay_train.add(tran, envid)
-                    counts['inserts'] += 1
+                    stop += 1
                     if limiter.size > limiter.minsize:
                         counts['inserts_after_minsize'] += 1
+                replay_train.add_batch(
+                    {k: v[done:stop] for k, v in data.items()},
+                    envids[done:stop])
+            counts['inserts'] += stop - done
+            done = stop
             notify()
         return {}
 
