@@ -31,6 +31,11 @@ def ring():
     ring.close()
 
 
+def one(ring, slot):
+    """The one-slot target the server writes a batch for."""
+    return slots.split(ring.target([slot]))[0]
+
+
 def ours():
     return {f for f in os.listdir(slots.SHM_DIR) if f.startswith(slots.PREFIX)}
 
@@ -40,7 +45,7 @@ def test_batches_arrive_intact_in_every_slot(ring):
     kept = []
     for seed in range(3):
         slot = ring.acquire()
-        reply = writer.write(ring.target(slot), batch(seed))
+        reply = writer.write(one(ring, slot), batch(seed))
         assert slots.is_slot_reply(reply) and int(reply) == slot
         kept.append(ring.read(slot))
     for seed, got in enumerate(kept):
@@ -56,7 +61,7 @@ def test_batches_arrive_intact_in_every_slot(ring):
 def test_slot_is_reused_only_after_its_last_array_is_gone(ring):
     writer = slots.SlotWriter()
     slot = ring.acquire()
-    writer.write(ring.target(slot), batch(1))
+    writer.write(one(ring, slot), batch(1))
     data = ring.read(slot)
     part = data['image'][1:, 2]  # A view outlives the batch dict.
     del data
@@ -75,7 +80,7 @@ def test_server_falls_back_to_sending_the_batch(ring, tmp_path):
     writer = slots.SlotWriter()
     data = batch()
     slot = ring.acquire()
-    path, index, signature = ring.target(slot)
+    path, index, signature = one(ring, slot)
     changed = {**data, 'extra': np.zeros((2, 3), np.float32)}
     outside = tmp_path / (slots.PREFIX + 'x')
     outside.write_bytes(bytes(1 << 20))
@@ -94,7 +99,7 @@ def test_server_falls_back_to_sending_the_batch(ring, tmp_path):
     }
     for case, target in cases.items():
         assert writer.write(target, data) is data, case
-    assert writer.write(ring.target(slot), changed) is changed
+    assert writer.write(one(ring, slot), changed) is changed
     assert outside.read_bytes() == bytes(1 << 20)
     writer.close()
 
@@ -103,13 +108,13 @@ def test_file_is_unlinked_once_mapped_and_nothing_is_left(ring):
     writer = slots.SlotWriter()
     assert os.path.basename(ring.path) in ours()
     slot = ring.acquire()
-    writer.write(ring.target(slot), batch(0))
+    writer.write(one(ring, slot), batch(0))
     ring.unlink()
     assert os.path.basename(ring.path) not in ours()
     # The server keeps its mapping, so later batches still arrive.
     data = ring.read(slot)
     other = ring.acquire()
-    assert int(writer.write(ring.target(other), batch(5))) == other
+    assert int(writer.write(one(ring, other), batch(5))) == other
     np.testing.assert_array_equal(ring.read(other)['reward'],
                                   batch(5)['reward'])
     ring.close()
@@ -127,6 +132,19 @@ def test_no_room_in_shared_memory_means_no_ring(monkeypatch):
     ring, problem = slots.SlotRing.create(slots.layout_of(batch()), 4)
     assert ring is None and 'No space left' in problem
     assert ours() == before  # The half-made file is gone.
+
+
+def test_a_request_names_several_slots(ring):
+    writer = slots.SlotWriter()
+    wanted = [ring.acquire(), ring.acquire()]
+    targets = slots.split(ring.target(wanted))
+    replies = [writer.write(t, batch(i)) for i, t in enumerate(targets)]
+    assert [int(r) for r in replies] == wanted
+    for i, slot in enumerate(wanted):
+        np.testing.assert_array_equal(
+            ring.read(slot)['image'], batch(i)['image'])
+    assert slots.split('garbage') == ['garbage']
+    writer.close()
 
 
 def test_missing_directory_or_no_arrays_means_no_ring(tmp_path):

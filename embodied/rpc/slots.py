@@ -8,13 +8,19 @@ one file under /dev/shm and names a free slot in its request; the server
 writes the batch there and replies with just the slot number:
 
     ring = SlotRing.create(layout_of(first_batch), slots=8)      # client
-    slot = ring.acquire()                    # None while all are in use
-    reply = client.call('sample_batch_train', ring.target(slot)).result()
-    batch = ring.read(slot) if is_slot_reply(reply) else reply
+    slots = [ring.acquire(), ring.acquire()]     # None while all are in use
+    replies = client.call('sample_batch_train', ring.target(slots)).result()
+    batches = [ring.read(slot) if is_slot_reply(reply) else reply
+               for slot, reply in zip(slots, replies)]
 
     writer = SlotWriter()                                        # server
     def sample_batch_train(target=None):
-        return writer.write(target, make_batch())  # slot number or batch
+        # One batch per slot named, each answered by its slot number (or by
+        # the batch itself where the slot cannot be used).
+        return [writer.write(one, make_batch()) for one in split(target)]
+
+A request may name several slots, so that one round trip brings several
+batches.
 
 A slot is free again once every array read from it has been garbage
 collected, so a consumer may keep batches as long as it likes (JAX on CPU may
@@ -29,6 +35,7 @@ The server writes only into files directly in /dev/shm whose names carry
 """
 
 import collections
+import functools
 import math
 import mmap
 import os
@@ -67,6 +74,7 @@ def is_slot_reply(reply):
         reply.dtype.kind in 'iu')
 
 
+@functools.lru_cache(maxsize=64)
 def _offsets(layout):
     """Byte offsets of the arrays within a slot, and the slot's stride."""
     offsets, size = [], 0
@@ -134,9 +142,10 @@ class SlotRing:
         with self._lock:
             self._free.append(slot)
 
-    def target(self, slot):
-        """What a request names for the server to write into."""
-        return [self.path, int(slot), self.signature]
+    def target(self, slots):
+        """What a request names for the server to write into: a list of
+        slot numbers (see `split`)."""
+        return [self.path, [int(slot) for slot in slots], self.signature]
 
     def read(self, slot):
         """The batch in `slot`, as arrays that share its memory. The slot is
@@ -164,6 +173,17 @@ class SlotRing:
         self._map = None
 
 
+def split(target):
+    """The one-slot targets, `[path, slot, signature]`, in a request's
+    target, for `SlotWriter.write`; `[target]` when it is malformed (the
+    writer then answers with the batch itself)."""
+    try:
+        path, slots, expected = target
+        return [[path, slot, expected] for slot in slots]
+    except (TypeError, ValueError):
+        return [target]
+
+
 class SlotWriter:
     """The server's side: writes batches into the slots clients name."""
 
@@ -174,9 +194,9 @@ class SlotWriter:
         self._lock = threading.Lock()
 
     def write(self, target, batch):
-        """Writes `batch` into the slot `target` names and returns the slot
-        number; returns `batch` itself when there is no target or it cannot
-        be used."""
+        """Writes `batch` into the slot a one-slot `target` (from `split`)
+        names and returns the slot number; returns `batch` itself when there
+        is no target or it cannot be used."""
         if target is None:
             return batch
         try:

@@ -326,10 +326,11 @@ def parallel_learner(agent, barrier, args):
 
     names = ('train', 'report', 'eval') if args.eval_envs else (
         'train', 'report')
-    sources = {source: _RemoteStream(
-        args, source, stop, link.learner,
-        shared=(source == 'train' and args.shared_batches))
-        for source in names}
+    sources = {
+        'train': _RemoteStream(
+            args, 'train', stop, link.learner, shared=args.shared_batches),
+        **{source: _RemoteStream(args, source, stop, link.learner)
+           for source in names if source != 'train'}}
 
     def evaluate(stream):
         carry = agent.init_report(args.batch_size)
@@ -372,12 +373,12 @@ def parallel_learner(agent, barrier, args):
             agg.add(mets)
             fps.step(batch_steps)
 
-            if should_report(skip=not sources['report'].ready()):
+            if should_report(skip=not sources['report'].ready_soon()):
                 with elements.timer.section('report'):
                     metrics = evaluate(stream_report)
                     if metrics is not None:
                         logger.add(prefix(metrics, 'report'))
-                    if args.eval_envs and sources['eval'].ready():
+                    if args.eval_envs and sources['eval'].ready_soon():
                         metrics = evaluate(stream_eval)
                         if metrics is not None:
                             logger.add(prefix(metrics, 'eval'))
@@ -412,22 +413,25 @@ class _RemoteStream:
 
     With `shared`, once the first batch has shown the layout, batches come
     through a ring of shared-memory slots (`rpc.slots`) instead of the socket
-    when the replay is on this machine."""
+    when the replay is on this machine, `per_request` batches a round trip."""
 
     def __init__(self, args, source, stop, counters, prefetch=4,
-                 shared=False):
+                 shared=False, per_request=2):
         self.source = source
         self.stop = stop
         self.counters = counters
         self.shared = shared
+        self.per_request = per_request
         self.ring = None
-        self.ring_slots = 2 * prefetch  # Room for batches the agent holds.
+        # The batches in flight, and room for those received and held.
+        self.ring_slots = (per_request + 1) * prefetch
         self.client = wiring.connect(
             args, 'replay', f'LearnerReplay{source.title()}')
         self.call = functools.partial(
             self.client.call, f'sample_batch_{source}')
         self.futures = collections.deque(
             self._request() for _ in range(prefetch))
+        self.ready = collections.deque()  # Batches received, not yet used.
         self.received = 0
         self.report_every = args.wait_report
         self.addr = args.replay_addr
@@ -437,16 +441,22 @@ class _RemoteStream:
                 f'at {self.addr} ({self.received} received so far; the '
                 f'replay reports its limiter and fill state while it waits)')
 
-    def ready(self):
+    def ready_soon(self):
         """Whether a batch has arrived (so `next` will not wait long)."""
-        return self.received > 0 or self.futures[0][0].done()
+        return (self.received > 0 or bool(self.ready) or
+                self.futures[0][0].done())
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        self.futures.append(self._request())
-        future, ring, slot = self.futures.popleft()
+        if not self.ready:
+            self._fetch()
+        self.received += 1
+        return self.ready.popleft()
+
+    def _fetch(self):
+        future, ring, slots = self.futures.popleft()
         start = time.monotonic()
         with elements.timer.section(f'stream_{self.source}_response'):
             data = rpc.result(
@@ -455,32 +465,42 @@ class _RemoteStream:
         self.counters[f'{self.source}_wait_seconds'] += (
             time.monotonic() - start)
         if data is None:
-            if slot is not None:
+            for slot in slots or ():
                 ring.release(slot)
             raise StopIteration
-        self.received += 1
-        return self._receive(data, ring, slot)
+        if slots is None:
+            self.ready.append(data)
+            if self.shared and self.ring is None:
+                self._start_ring(data)
+        else:
+            for slot, reply in zip(slots, data):
+                self.ready.append(self._receive(reply, ring, slot))
+        # Asked after the slots of this reply are read, so that they count
+        # as in use while the new request takes its slots.
+        self.futures.append(self._request())
 
     def _request(self):
         ring = self.ring
-        slot = ring.acquire() if ring else None
-        if slot is None:
+        slots = []
+        while ring and len(slots) < self.per_request:
+            slot = ring.acquire()
+            if slot is None:
+                break
+            slots.append(slot)
+        if not slots:
             return self.call(), None, None
-        return self.call(ring.target(slot)), ring, slot
+        return self.call(ring.target(slots)), ring, slots
 
-    def _receive(self, data, ring, slot):
-        if slot is not None and rpc.slots.is_slot_reply(data):
-            assert int(data) == slot, (int(data), slot)
+    def _receive(self, reply, ring, slot):
+        if rpc.slots.is_slot_reply(reply):
+            assert int(reply) == slot, (int(reply), slot)
             ring.unlink()  # The replay has it mapped now.
             self.counters[f'{self.source}_shared_batches'] += 1
             return ring.read(slot)
-        if slot is not None:
-            ring.release(slot)
-            if ring is self.ring:  # Not yet replaced after an earlier one.
-                self._fall_back(data)
-        elif self.shared and self.ring is None:
-            self._start_ring(data)
-        return data
+        ring.release(slot)
+        if ring is self.ring:  # Not yet replaced after an earlier one.
+            self._fall_back(reply)
+        return reply
 
     def _start_ring(self, data):
         self.shared = False  # One try per layout.
@@ -608,6 +628,19 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         return {}
 
     def sample_batch_train(target=None):
+        """One batch; with a `target` (the learner's shared-memory slots,
+        see `rpc.slots`), one batch per slot, answered by slot numbers."""
+        if target is None:
+            return sample_train()
+        replies = []
+        for one in rpc.slots.split(target):
+            batch = sample_train()
+            if batch is None:
+                return None  # Shutting down; the learner stops on None.
+            replies.append(slot_writer.write(one, batch))
+        return replies
+
+    def sample_train():
         start = time.monotonic()
         with elements.timer.section('replay_sample_wait'):
             needed = args.batch_size
@@ -630,9 +663,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         limit_agg.add('sample_wait_dur', waited, agg='sum')
         counts['sample_wait_seconds'] += waited
         counts['samples'] += args.batch_size
-        batch = next(stream_train)  # The replay is thread-safe.
-        # With a target, the batch goes through the learner's shared memory.
-        return slot_writer.write(target, batch)
+        return next(stream_train)  # The replay is thread-safe.
 
     def sample_from(replay, stream, what):
         def sample():
