@@ -3,6 +3,8 @@
 import errno
 import gc
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -120,6 +122,25 @@ def test_file_is_unlinked_once_mapped_and_nothing_is_left(ring):
     ring.close()
     assert data['image'].sum() >= 0  # Views stay valid after close.
     writer.close()
+
+
+def test_files_of_dead_processes_are_removed():
+    dead = subprocess.run(
+        [sys.executable, '-c', 'import os; print(os.getpid())'],
+        capture_output=True, text=True, check=True).stdout.strip()
+    stale = os.path.join(slots.SHM_DIR, f'{slots.PREFIX}{dead}-x')
+    alive = os.path.join(slots.SHM_DIR, f'{slots.PREFIX}{os.getpid()}-keep')
+    for path in (stale, alive):
+        open(path, 'wb').close()
+    try:
+        ring, _ = slots.SlotRing.create(slots.layout_of(batch()), 1)
+        ring.close()
+        assert not os.path.exists(stale)
+        assert os.path.exists(alive)
+    finally:
+        for path in (stale, alive):
+            if os.path.exists(path):
+                os.unlink(path)
 
 
 def test_no_room_in_shared_memory_means_no_ring(monkeypatch):

@@ -2,14 +2,15 @@
 
     python -m embodied.perf.throughput                 # the full table
     python -m embodied.perf.throughput --envs 4 16 --per_worker 1 4 \\
-        --seconds 30 --train_ratio 32 --markdown table.md
+        --agent 16x8 --seconds 30 --train_ratio 32 --markdown table.md
 
 Rows:
 
 * `parallel`, random agent (`--random_agent True --configs debug --task
   dummy_disc --run.eval_envs 0`), for every `--envs` x `--per_worker`.
 * `parallel` and `train` (single process) with the numpy test agent at
-  `--train_ratio`, `--agent_envs` envs, at equal settings.
+  `--train_ratio`, for each `--agent` setting (envs and envs per worker
+  process; `train` steps as many envs in its one process).
 
 Columns: env steps/s and train steps/s after the first env step, mean policy
 batch latency (first request of a batch waiting to the reply), CPU seconds of
@@ -39,11 +40,14 @@ COMMON = ('--configs', 'debug', '--task', 'dummy_disc',
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--envs', type=int, nargs='+', default=[1, 4, 8, 16])
-    parser.add_argument('--per_worker', type=int, nargs='+', default=[1, 4])
+    parser.add_argument(
+        '--per_worker', type=int, nargs='+', default=[1, 4, 8])
     parser.add_argument('--seconds', type=float, default=30)
     parser.add_argument('--train_ratio', type=float, default=32)
-    parser.add_argument('--agent_envs', type=int, default=4)
-    parser.add_argument('--agent_per_worker', type=int, default=1)
+    parser.add_argument(
+        '--agent', type=str, nargs='+', default=['4x1', '4x4', '16x8'],
+        help='test-agent settings as ENVSxPER_WORKER; each gives a parallel '
+             'row and a single-process train row with as many envs')
     parser.add_argument('--train_burn', type=float, default=0.003)
     parser.add_argument('--skip_agent', action='store_true')
     parser.add_argument('--markdown', type=str, default='')
@@ -60,20 +64,18 @@ def main(argv=None):
                 '--run.envs_per_worker', per_worker,
                 '--run.actor_batch', max(1, envs // 2)))
             print(format_row(rows[-1]), flush=True)
-    if not args.skip_agent:
-        envs = args.agent_envs
+    for setting in ([] if args.skip_agent else args.agent):
+        envs, per_worker = (int(x) for x in setting.split('x'))
         flags = ('--agent_impl', 'testing', '--run.envs', envs,
                  '--run.train_ratio', args.train_ratio,
                  '--testing.train_burn', args.train_burn)
+        name = f'test agent, ratio {args.train_ratio:g}, {envs} envs'
         rows.append(measure_parallel(
-            f'test agent, ratio {args.train_ratio:g}, {envs} envs',
-            args.seconds, *flags,
-            '--run.envs_per_worker', args.agent_per_worker,
+            f'{name}, {per_worker}/worker', args.seconds, *flags,
+            '--run.envs_per_worker', per_worker,
             '--run.actor_batch', max(1, envs // 2)))
         print(format_row(rows[-1]), flush=True)
-        rows.append(measure_train(
-            f'test agent, ratio {args.train_ratio:g}, {envs} envs',
-            args.seconds, *flags))
+        rows.append(measure_train(name, args.seconds, *flags))
         print(format_row(rows[-1]), flush=True)
 
     table = markdown(rows)

@@ -39,7 +39,6 @@ import time
 import traceback
 
 import numpy as np
-import portal
 
 from . import sockets
 from . import wire

@@ -28,7 +28,8 @@ alias them instead of copying). Whatever rules the shared path out (the
 server on another machine, a layout that changed, no /dev/shm or too little
 room there) makes the server send the batch itself. The client unlinks the
 file as soon as the server has mapped it, so nothing is left in /dev/shm when
-either process is killed.
+either process is killed later; a file left by a client killed before that
+is deleted by the next ring made on the machine.
 
 The server writes only into files directly in /dev/shm whose names carry
 `PREFIX`, so a peer cannot make it write elsewhere.
@@ -100,7 +101,9 @@ class SlotRing:
         self.signature = signature(self.layout)
         self.offsets, self.stride = _offsets(self.layout)
         self.slots = slots
-        fd, self.path = tempfile.mkstemp(prefix=PREFIX, dir=directory)
+        _remove_stale(directory)
+        fd, self.path = tempfile.mkstemp(
+            prefix=f'{PREFIX}{os.getpid()}-', dir=directory)
         try:
             # Reserves the pages now: a full tmpfs fails here with ENOSPC
             # instead of killing the server with SIGBUS on a later write.
@@ -171,6 +174,28 @@ class SlotRing:
         from it is gone (closing it under live arrays would crash them)."""
         self.unlink()
         self._map = None
+
+
+def _remove_stale(directory):
+    """Deletes ring files whose process died before it unlinked them (it
+    was killed between creating one and the server's first write)."""
+    for name in os.listdir(directory):
+        pid = name[len(PREFIX):].split('-', 1)[0]
+        if name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # Another user's process.
+    return True
 
 
 def split(target):
