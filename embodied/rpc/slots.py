@@ -125,6 +125,8 @@ class SlotRing:
             return None, 'the data is no dict of arrays'
         if not os.path.isdir(directory):
             return None, f'{directory} does not exist'
+        if not hasattr(os, 'posix_fallocate'):
+            return None, 'this system has no posix_fallocate'
         try:
             return cls(layout, slots, directory), None
         except OSError as e:
@@ -179,7 +181,11 @@ class SlotRing:
 def _remove_stale(directory):
     """Deletes ring files whose process died before it unlinked them (it
     was killed between creating one and the server's first write)."""
-    for name in os.listdir(directory):
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
         pid = name[len(PREFIX):].split('-', 1)[0]
         if name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid)):
             try:
