@@ -373,3 +373,49 @@ def test_taken_port_gives_retry_exit_code(kind):
         worker = kind(_bind_taken, first.port, name='Taken').start()
         worker.join(60)
     assert worker.exitcode == rpc.supervisor.EXIT_PORT_TAKEN
+
+
+# The thread-free client of env workers
+
+
+def test_sync_client_calls_batched_and_plain_methods():
+    server = rpc.Server('localhost:0', 'Test', flush_after=0.01)
+    server.bind('act', lambda data: {'y': data['x'] * 2}, batch=2)
+    server.bind('echo', lambda *args: list(args))
+    with server:
+        client = rpc.SyncClient.connect(f'localhost:{server.port}', 'Sync', 10)
+        big = {'x': np.arange(2 * 70000, dtype=np.float32).reshape(2, 70000)}
+        for _ in range(3):
+            reply = client.call('act', big)  # Several MB: partial sends.
+            np.testing.assert_array_equal(reply['y'], big['x'] * 2)
+        assert client.call('echo', 'a', 3)[0] == 'a'
+        with pytest.raises(rpc.BadRequest, match="'x' expected dtype"):
+            client.call('act', rows(1, width=3))
+        with pytest.raises(rpc.RemoteError, match='Unknown method'):
+            client.call('nope')
+        assert client.call('act', rows(4, width=70000))['y'][0, 0] == 8
+        client.close()
+
+
+def test_sync_client_reports_waits_and_sees_the_server_go(capsys):
+    release = threading.Event()
+    server = rpc.Server('localhost:0', 'Test')
+    server.bind('slow', lambda: release.wait(10) and 'done')
+    server.start()
+    client = rpc.SyncClient.connect(f'localhost:{server.port}', 'Sync', 10)
+    threading.Timer(0.5, release.set).start()
+    assert client.call('slow', report_every=0.2, report='Waiting here') == (
+        'done')
+    assert 'Waiting here (waited 0 s)' in capsys.readouterr().out
+    server.close()
+    with pytest.raises(portal.Disconnected):
+        client.call('slow')
+    client.close()
+
+
+def test_sync_client_connect_gives_up_after_timeout():
+    port = rpc.addresses.free_ports(1)[0]
+    start = time.monotonic()
+    with pytest.raises(rpc.Unreachable, match=f'localhost:{port}'):
+        rpc.SyncClient.connect(f'localhost:{port}', 'Sync', timeout=0.5)
+    assert time.monotonic() - start < 5

@@ -6,6 +6,8 @@
 * `client`: portal's client on an event-driven socket loop; bounded
   connects and interruptible waits.
 * `slots`: large replies through shared memory on one machine.
+* `sync_client`: a client without a thread, for one call at a time.
+* `wire`: portal's message encoding with less CPU.
 * `workers`: processes and threads for the roles of a launch.
 * `supervisor`: starts the workers of a launch together and watches them.
 """
@@ -16,9 +18,11 @@ from . import server
 from . import slots
 from . import sockets
 from . import supervisor
+from . import sync_client
 from . import workers
 from .addresses import PortTaken
 from .client import BadRequest, Client, RemoteError, Unreachable, connect, result
 from .server import Server
 from .supervisor import Supervisor, WorkerFailed
+from .sync_client import SyncClient
 from .workers import Process, Thread

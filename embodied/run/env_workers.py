@@ -105,9 +105,9 @@ def run_worker(make_env, envids, args, is_eval):
         # may take run.connect_timeout itself: wait twice as long, so that
         # the role that is really missing is the one named.
         try:
-            return rpc.connect(
+            return rpc.SyncClient.connect(
                 args.actor_addr, name, 2 * args.connect_timeout,
-                report_every=args.wait_report, autoconn=False)
+                wiring.ipv6(args), report_every=args.wait_report)
         except rpc.Unreachable as e:
             raise envpool.ActorUnreachable(str(e)) from None
 
@@ -128,11 +128,11 @@ def run_worker(make_env, envids, args, is_eval):
             raise
 
     def request(batch):
-        future = actor.act(batch)
         try:
-            return rpc.result(future, report_every=args.wait_report, report=(
-                f'[{name}] Waiting for actions from the actor at '
-                f'{args.actor_addr}'))
+            return actor.call(
+                'act', batch, report_every=args.wait_report, report=(
+                    f'[{name}] Waiting for actions from the actor at '
+                    f'{args.actor_addr}'))
         except rpc.BadRequest as e:
             raise envpool.BadInput(f'Envs {envids}: {e}') from None
 

@@ -470,9 +470,8 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         if is_eval.any():
             rows = np.flatnonzero(is_eval)
             with lock:
-                replay_eval.add_batch(
-                    {k: v[rows] for k, v in data.items()},
-                    envids[rows].tolist())
+                add_rows(replay_eval, {k: v[rows] for k, v in data.items()},
+                         envids[rows].tolist())
             notify()
             counts['eval_inserts'] += len(rows)
             rows = np.flatnonzero(~is_eval)
@@ -497,9 +496,9 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
                     stop += 1
                     if limiter.size > limiter.minsize:
                         counts['inserts_after_minsize'] += 1
-                replay_train.add_batch(
-                    {k: v[done:stop] for k, v in data.items()},
-                    envids[done:stop])
+                add_rows(replay_train,
+                         {k: v[done:stop] for k, v in data.items()},
+                         envids[done:stop])
             counts['inserts'] += stop - done
             done = stop
             notify()
@@ -644,6 +643,15 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         slot_writer.close()
         logger.close(1)
     return 0
+
+
+def add_rows(replay, data, envids):
+    """Adds row i of `data` as a step of env `envids[i]`, in one call when
+    the replay has `add_batch` (a replay of the caller's own may not)."""
+    if hasattr(replay, 'add_batch'):
+        return replay.add_batch(data, envids)
+    for i, envid in enumerate(envids):
+        replay.add({k: v[i] for k, v in data.items()}, envid)
 
 
 # Logger

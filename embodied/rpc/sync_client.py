@@ -1,0 +1,151 @@
+"""A client without a background thread, for one request at a time.
+
+An env worker sends its observations and waits for the actions, over and
+over: with one env per process that is one round trip per env step. portal's
+client (and `rpc.Client` on top of it) does the socket work in a background
+thread, which costs two thread hand-offs per call. `SyncClient` speaks the
+same protocol (portal's handshake, length-prefixed frames, request numbers,
+the encoding of `rpc.wire`, and the error statuses of `rpc.Server`) from the
+calling thread:
+
+    client = SyncClient.connect('localhost:7000', 'Env00000', timeout=120)
+    reply = client.call('act', obs, report_every=30, report='Waiting ...')
+    client.close()
+
+A lost connection raises `portal.Disconnected`; reconnecting is the caller's
+choice (`connect` again).
+"""
+
+import select
+import socket
+import time
+
+import portal
+from portal import utils as portal_utils
+
+from . import addresses
+from . import wire
+from .client import BadRequest, RemoteError, Unreachable
+
+_HANDSHAKE = b'portal_handshake'
+_KEEPALIVE = (10, 10, 10)  # After, every, fails: portal's defaults.
+_CONNECT_WAIT = 0.1
+_STATUS_ERRORS = {3: RemoteError, 4: RemoteError, 5: BadRequest}
+
+
+class SyncClient:
+
+    def __init__(self, sock, addr, name):
+        self.sock = sock
+        self.addr = addr
+        self.name = name
+        self.reqnum = 0
+
+    @classmethod
+    def connect(cls, addr, name, timeout=None, ipv6=False, report_every=None):
+        """A connected client, or `Unreachable` after `timeout` seconds
+        (None: wait forever), reporting every `report_every` seconds."""
+        addr = addresses.client_addr(addr, ipv6)
+        host, port = addresses.split(addr)
+        start = time.monotonic()
+        next_report = report_every and start + report_every
+        while True:
+            sock = _try_connect(host, int(port), ipv6)
+            if sock:
+                return cls(sock, addr, name)
+            now = time.monotonic()
+            if timeout is not None and now - start >= timeout:
+                raise Unreachable(
+                    f'{name}: no server at {addr} after {timeout} s '
+                    f'(run.connect_timeout).')
+            if next_report and now >= next_report:
+                next_report = now + report_every
+                print(f'{name}: waiting for the server at {addr} for '
+                      f'{now - start:.0f} s (giving up after {timeout} s, '
+                      f'run.connect_timeout).', flush=True)
+            time.sleep(_CONNECT_WAIT)
+
+    def call(self, method, *args, report_every=None, report=None):
+        """Sends a request and returns the reply; every `report_every`
+        seconds of waiting prints `report`."""
+        if self.sock is None:
+            raise portal.Disconnected
+        self.reqnum += 1
+        reqnum = self.reqnum.to_bytes(8, 'little', signed=False)
+        name = method.encode('utf-8')
+        parts = [reqnum, len(name).to_bytes(8, 'little'), name,
+                 *wire.pack(args)]
+        try:
+            _send_frame(self.sock, parts)
+            while True:
+                reply = self._receive(report_every, report)
+                if bytes(reply[:8]) == reqnum:
+                    break  # Replies to requests abandoned before are skipped.
+        except OSError as e:
+            self.close()
+            raise portal.Disconnected(f'{self.addr}: {e}') from None
+        status = int.from_bytes(reply[8:16], 'little')
+        if status == 0:
+            return wire.unpack(reply[16:])
+        message = bytes(reply[16:]).decode('utf-8', 'replace')
+        raise _STATUS_ERRORS.get(status, RemoteError)(message)
+
+    def close(self, timeout=None):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def _receive(self, report_every, report):
+        start = time.monotonic()
+        # Waits for the reply's first byte; a frame that began is read in
+        # full, so a report never cuts one.
+        while not select.select([self.sock], [], [], report_every or None)[0]:
+            waited = time.monotonic() - start
+            text = report() if callable(report) else report
+            print(f'{text} (waited {waited:.0f} s).', flush=True)
+        length = int.from_bytes(_read(self.sock, 8), 'little')
+        if length < 16:
+            raise ConnectionError(f'malformed reply of {length} bytes')
+        return _read(self.sock, length)
+
+
+def _try_connect(host, port, ipv6):
+    family = socket.AF_INET6 if ipv6 else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(10)
+        sock.connect((host, port, 0, 0) if ipv6 else (host, port))
+        sock.sendall(_HANDSHAKE)
+        sock.settimeout(None)
+    except (OSError, socket.gaierror):
+        sock.close()
+        return None
+    # Each message goes out in one call, so Nagle's delay only costs.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    portal_utils.set_keepalive(sock, *_KEEPALIVE)
+    return sock
+
+
+def _send_frame(sock, parts):
+    views = [memoryview(part).cast('B') for part in parts]
+    length = sum(len(view) for view in views)
+    views.insert(0, memoryview(length.to_bytes(8, 'little')))
+    while views:
+        sent = sock.sendmsg(views)
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+def _read(sock, size):
+    buffer = memoryview(bytearray(size))
+    got = 0
+    while got < size:
+        count = sock.recv_into(buffer[got:])
+        if not count:
+            raise ConnectionResetError('the server closed the connection')
+        got += count
+    return buffer
