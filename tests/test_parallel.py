@@ -84,10 +84,14 @@ def progress_step(output):
     return int(steps[-1]) if steps else 0
 
 
-def run_to_end(logdir, *flags, timeout=300, name='run'):
+def run_to_end(logdir, *flags, timeout=300, name='run', during=None):
+    """Runs a launch that must end cleanly, calling `during(run, tree)` on
+    the way; returns its output."""
     run = start(logdir, *flags, name=name)
     tree = Tree(run.proc)
     try:
+        if during:
+            during(run, tree)
         code, output = finish(run, tree, timeout)
     finally:
         run.kill()

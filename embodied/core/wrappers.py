@@ -192,8 +192,9 @@ def _unify(space):
 class CheckSpaces(base.Wrapper):
     """Checks each action before and each observation after every step.
 
-    Any mismatch with the declared spaces raises a `ValueError` that names the
-    key, what was wrong, the expected space and the actual value, e.g.
+    Any mismatch with the declared spaces raises a `SpaceError` (a
+    `ValueError`) that names the key, what was wrong, the expected space and
+    the actual value, e.g.
     `obs 'image': wrong shape: expected Space(uint8, shape=(64, 64, 3),
     low=0, high=255), got float32 array of shape (64, 64) [min -1.0, max 3.2]`.
     Integer `high` bounds are exclusive, except the dtype's own maximum.
@@ -206,40 +207,52 @@ class CheckSpaces(base.Wrapper):
                 f'CheckSpaces: keys {sorted(shared)} are in both the obs '
                 f'and the act space.')
         super().__init__(env)
+        # Spaces are fixed for an env's lifetime, so the checks are too.
+        self._act_checks = _checks(env.act_space)
+        self._obs_checks = _checks(env.obs_space)
 
     def step(self, action):
-        check_values('action', action, self.env.act_space)
+        _check_values('action', action, self._act_checks)
         obs = self.env.step(action)
-        check_values('obs', obs, self.env.obs_space)
+        _check_values('obs', obs, self._obs_checks)
         return obs
 
 
+class SpaceError(ValueError):
+    """A value does not match its space (raised by `CheckSpaces`), as
+    opposed to an error of the env itself."""
+
+
 def check_values(kind, values, spaces):
-    """Raises a ValueError if `values` (a dict) does not match `spaces`."""
+    """Raises a SpaceError if `values` (a dict) does not match `spaces`."""
+    _check_values(kind, values, _checks(spaces))
+
+
+def _checks(spaces):
+    return {key: _SpaceCheck(space) for key, space in spaces.items()}
+
+
+def _check_values(kind, values, checks):
     if not isinstance(values, dict):
-        raise ValueError(
-            f'{kind}: expected a dict with keys {sorted(spaces)}, got '
+        raise SpaceError(
+            f'{kind}: expected a dict with keys {sorted(checks)}, got '
             f'{type(values).__name__}.')
-    for key, space in spaces.items():
+    for key, check in checks.items():
         if key not in values:
-            raise ValueError(
-                f"{kind} '{key}': missing: expected {space}, got no such key "
-                f"(keys: {sorted(values)}).")
+            raise SpaceError(
+                f"{kind} '{key}': missing: expected {check.space}, got no "
+                f"such key (keys: {sorted(values)}).")
     for key, value in values.items():
-        if key not in spaces:
-            raise ValueError(
+        check = checks.get(key)
+        if check is None:
+            raise SpaceError(
                 f"{kind} '{key}': not in the {kind} space: expected one of "
-                f"{sorted(spaces)}, got {_describe(value)}.")
-        problem = _mismatch(value, spaces[key])
+                f"{sorted(checks)}, got {_describe(value)}.")
+        problem = check(value)
         if problem:
-            raise ValueError(
-                f"{kind} '{key}': {problem}: expected {spaces[key]}, got "
+            raise SpaceError(
+                f"{kind} '{key}': {problem}: expected {check.space}, got "
                 f"{_describe(value)}.")
-
-
-def _mismatch(value, space):
-    """Says what is wrong with `value` for `space`, or None if nothing."""
-    return _SpaceCheck.of(space)(value)
 
 
 class _SpaceCheck:
@@ -248,16 +261,6 @@ class _SpaceCheck:
     of every env step, so trivial bounds (uint8 images in [0, 255], floats
     in [-inf, inf]) cost nothing and uniform bounds compare against min/max
     instead of building a boolean array per step."""
-
-    _cache = {}
-
-    @classmethod
-    def of(cls, space):
-        check = cls._cache.get(id(space))
-        if check is None or check.space is not space:
-            check = cls(space)
-            cls._cache[id(space)] = check
-        return check
 
     def __init__(self, space):
         self.space = space

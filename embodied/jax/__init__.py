@@ -3,7 +3,7 @@
 Importing this package imports JAX; environment workers never import it.
 """
 
-from .agent import Agent, DeviceStream, Model
+from .agent import Agent, Model
 from .runtime import PlatformError, Runtime, setup
 from . import nets
 from . import opt
@@ -11,5 +11,5 @@ from . import outs
 from . import tree
 
 __all__ = [
-    'Agent', 'DeviceStream', 'Model', 'PlatformError', 'Runtime', 'setup',
+    'Agent', 'Model', 'PlatformError', 'Runtime', 'setup',
     'nets', 'opt', 'outs', 'tree']

@@ -172,9 +172,11 @@ class Agent(embodied.Agent):
         return carry, metrics
 
     def stream(self, st):
-        """Wraps a stream of replay batches so they arrive on the train
-        devices with only the keys the model consumes."""
-        return DeviceStream(st, self._prepare_batch)
+        """The stream of replay batches, unchanged: `train` and `report` move
+        each batch to the train devices with only the keys the model
+        consumes (reading ahead could block on the replay's rate limiter,
+        which only the caller's own progress releases)."""
+        return st
 
     @property
     def ext_space(self):
@@ -358,22 +360,3 @@ def _is_numeric(value):
     dtype = getattr(value, 'dtype', None)
     return dtype is not None and (
         np.issubdtype(dtype, np.number) or dtype == bool)
-
-
-class DeviceStream(embodied.Stream):
-    """A stream whose batches are moved to the train devices. The copy is
-    dispatched asynchronously; it never reads ahead of the source, which may
-    block on a rate limiter that only the caller's own progress releases."""
-
-    def __init__(self, source, transfer):
-        self.source = source
-        self.transfer = transfer
-
-    def __next__(self):
-        return self.transfer(next(self.source))
-
-    def save(self):
-        return self.source.save()
-
-    def load(self, data):
-        return self.source.load(data)

@@ -100,7 +100,6 @@ class SlotRing:
         self.layout = tuple(layout)
         self.signature = signature(self.layout)
         self.offsets, self.stride = _offsets(self.layout)
-        self.slots = slots
         _remove_stale(directory)
         fd, self.path = tempfile.mkstemp(
             prefix=f'{PREFIX}{os.getpid()}-', dir=directory)
@@ -131,10 +130,6 @@ class SlotRing:
             return cls(layout, slots, directory), None
         except OSError as e:
             return None, f'{directory}: {e.strerror or e}'
-
-    @property
-    def nbytes(self):
-        return self.stride * self.slots
 
     def acquire(self):
         """A free slot number, or None while every slot is in use."""

@@ -130,17 +130,8 @@ class Thread:
         """Threads cannot be killed; a daemon thread ends with the process."""
 
     def _main(self):
-        try:
-            self._exitcode = _return_code(self._fn(*self._args))
-        except SystemExit as e:
-            self._exitcode = _exit_code(e)
-        except addresses.PortTaken as e:
-            print(f"'{self.name}': {e}", file=sys.stderr, flush=True)
-            self._exitcode = EXIT_PORT_TAKEN
-        except BaseException as e:
-            _print_error(self.name)
-            self.error = summary(e)
-            self._exitcode = _error_code(e)
+        self._exitcode, self.error = _run(
+            lambda: self._fn(*self._args), self.name)
 
     def __repr__(self):
         return f'Thread({self.name}, exitcode={self.exitcode})'
@@ -174,29 +165,40 @@ def _child_main(payload, name, parent_pid, options, errors):
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    code = 1
-    try:
+
+    def main():
         portal.setup(**options)
         fn, args = cloudpickle.loads(payload)
-        code = _return_code(fn(*args))
-    except SystemExit as e:
-        code = _exit_code(e)
-    except addresses.PortTaken as e:
-        print(f"'{name}': {e}", file=sys.stderr, flush=True)
-        code = EXIT_PORT_TAKEN
-    except BaseException as e:
-        _print_error(name)
-        code = _error_code(e)
-        try:
-            errors.send(summary(e))
-        except Exception:
-            pass
+        return fn(*args)
+
+    code = 1
+    try:
+        code, error = _run(main, name)
+        if error:
+            errors.send(error)
+    except Exception:
+        pass  # The parent is gone; the exit code still tells.
     finally:
         for child in psutil.Process().children(recursive=True):
             kill_tree(child.pid)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _run(fn, name):
+    """Runs a worker's function; returns its exit code (see the module
+    docstring) and, when it raised, a summary of the error."""
+    try:
+        return _return_code(fn()), None
+    except SystemExit as e:
+        return _exit_code(e), None
+    except addresses.PortTaken as e:
+        print(f"'{name}': {e}", file=sys.stderr, flush=True)
+        return EXIT_PORT_TAKEN, None
+    except BaseException as e:
+        _print_error(name)
+        return _error_code(e), summary(e)
 
 
 def _return_code(value):

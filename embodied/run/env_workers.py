@@ -122,10 +122,8 @@ def run_worker(make_env, envids, args, is_eval):
     def step(envid, env, act):
         try:
             return env.step(act)
-        except ValueError as e:
-            if envpool.is_space_error(e):
-                raise envpool.BadInput(f'Env {envid}: {e}') from None
-            raise
+        except embodied.wrappers.SpaceError as e:
+            raise envpool.BadInput(f'Env {envid}: {e}') from None
 
     def request(batch):
         try:

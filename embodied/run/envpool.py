@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable
 
 from embodied import rpc
-from embodied.core import wrappers
 from embodied.rpc.supervisor import (
     WorkerGroup,
     EXIT_BAD_INPUT, EXIT_ENV_INIT, EXIT_UNREACHABLE)
@@ -55,20 +54,6 @@ class BadInput(ValueError):
     """An observation or action that does not match its space."""
 
     exitcode = EXIT_BAD_INPUT
-
-
-def is_space_error(error):
-    """Whether `error` was raised by the space checks of `CheckSpaces`
-    (`wrappers.check_values`), rather than by the env itself."""
-    if not isinstance(error, ValueError):
-        return False
-    code = wrappers.check_values.__code__
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code is code:
-            return True
-        tb = tb.tb_next
-    return False
 
 
 @dataclasses.dataclass

@@ -326,11 +326,10 @@ def parallel_learner(agent, barrier, args):
 
     names = ('train', 'report', 'eval') if args.eval_envs else (
         'train', 'report')
-    sources = {
-        'train': remote_stream.RemoteStream(
-            args, 'train', stop, link.learner, shared=args.shared_batches),
-        **{source: remote_stream.RemoteStream(args, source, stop, link.learner)
-           for source in names if source != 'train'}}
+    sources = {source: remote_stream.RemoteStream(
+        args, source, stop, link.learner,
+        shared=(source == 'train' and args.shared_batches))
+        for source in names}
 
     def evaluate(stream):
         carry = agent.init_report(args.batch_size)

@@ -119,8 +119,7 @@ class RemoteStream:
         ring, self.ring = self.ring, None
         ring.close()
         if rpc.slots.layout_of(data) != ring.layout:
-            self.shared = True  # The layout changed: a ring for the new one.
-            self._start_ring(data)
+            self._start_ring(data)  # A ring for the new layout.
         else:
             print(f'Learner: {self.source} batches come over the socket (the '
                   f'replay at {self.addr} cannot open {ring.path}).',
