@@ -77,3 +77,9 @@ def test_round_trip_keeps_arrays_intact():
 def test_object_arrays_are_refused_like_portal():
     with pytest.raises(TypeError):
         wire.pack({'x': np.array([object()])})
+
+
+@pytest.mark.parametrize('empty', ['', b''])
+def test_empty_strings_are_refused_with_a_clear_error(empty):
+    with pytest.raises(ValueError, match='empty string or bytes'):
+        wire.pack({'timer/replay': empty})

@@ -39,13 +39,13 @@ def pack(data):
             buffers.append(b'\x00')
         elif isinstance(value, str):
             specs.append(['utf8'])
-            buffers.append(value.encode('utf-8'))
+            buffers.append(_nonempty(value.encode('utf-8'), data))
         elif isinstance(value, (bytes, bytearray, memoryview)):
             if isinstance(value, memoryview):
                 value = value.cast('c')
                 assert value.c_contiguous
             specs.append(['bytes'])
-            buffers.append(value)
+            buffers.append(_nonempty(value, data))
         else:
             if not isinstance(value, np.ndarray):
                 value = np.asarray(value)
@@ -61,6 +61,21 @@ def pack(data):
     length = len(buffers).to_bytes(8, 'little', signed=False)
     sizes = struct.pack(f'<{len(buffers)}Q', *[len(x) for x in buffers])
     return [length, sizes, *buffers]
+
+
+def _nonempty(buffer, data):
+    # portal frames every leaf as one buffer and refuses empty ones (an
+    # assertion deep in its socket code); say so where the data is made.
+    if not len(buffer):
+        raise ValueError(
+            f"portal's wire format cannot carry an empty string or bytes "
+            f"(in {_describe(data)}).")
+    return buffer
+
+
+def _describe(data):
+    text = repr(data)
+    return text if len(text) <= 200 else text[:200] + '...'
 
 
 def _flatten(tree, leaves):

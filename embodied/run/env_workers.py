@@ -159,7 +159,7 @@ def run_worker(make_env, envids, args, is_eval):
                     for i in range(len(envs))]
             if logger and should_log():
                 logger.add({'fps/env': fps.result(),
-                            'timer/env': timing.timer_summary()})
+                            **timing.timer_metrics('timer/env')})
     finally:
         actor.close(1)
         logger and logger.close(1)

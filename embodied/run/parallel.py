@@ -386,7 +386,7 @@ def parallel_learner(agent, barrier, args):
             if should_log():
                 stats = {}
                 stats['fps/train'] = fps.result()
-                stats['timer/agent'] = timing.timer_summary()
+                stats.update(timing.timer_metrics('timer/agent'))
                 stats.update(prefix(agg.result(), 'train'))
                 stats.update(prefix(usage.stats(), 'usage/agent'))
                 for source, stream in sources.items():
@@ -595,7 +595,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     def metrics():
         current = status()
         stats = {}
-        stats['timer/replay'] = timing.timer_summary()
+        stats.update(timing.timer_metrics('timer/replay'))
         stats.update(prefix(limit_agg.result(), 'limiter'))
         inserts = current.get('inserts', 0.0) - logged['inserts']
         waits = current.get('insert_waits', 0.0) - logged['insert_waits']

@@ -3,10 +3,12 @@
 import elements
 
 
-def timer_summary():
-    """The timer's text summary, or '' when nothing was timed yet
-    (`elements.timer.stats()` raises in that case)."""
+def timer_metrics(key):
+    """`{key: the timer's text summary}`, or `{}` when nothing was timed
+    since the last summary (`elements.timer.stats()` raises then, and an
+    empty string cannot cross portal's wire format)."""
     timer = elements.timer.global_timer
     if not timer.enabled or not timer.paths:
-        return ''
-    return timer.stats()['summary']
+        return {}
+    summary = timer.stats()['summary']
+    return {key: summary} if summary else {}

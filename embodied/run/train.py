@@ -97,7 +97,7 @@ def write_metrics(
         logger.add(replay.stats(), prefix=prefix)
     logger.add(usage.stats(), prefix='usage')
     logger.add({'fps/policy': policy_fps.result()})
-    logger.add({'timer': timing.timer_summary()})
+    logger.add(timing.timer_metrics('timer'))
     logger.write()
 
 
