@@ -154,7 +154,9 @@ def _exit_with(code):
 
 def test_env_worker_constructor_error_is_not_restarted():
     from embodied import rpc
-    from embodied.run import env_workers, envpool, wiring
+    from embodied.run import wiring
+    from embodied.run.parallel import env as env_workers
+    from embodied.run.parallel import envpool
 
     args = wiring.complete(elements.Config(
         actor_addr='localhost:1', logger_addr='localhost:{auto}',
@@ -181,7 +183,7 @@ def test_env_worker_constructor_error_is_not_restarted():
 
 def test_env_pool_restarts_with_backoff_then_fails():
     from embodied import rpc
-    from embodied.run import envpool
+    from embodied.run.parallel import envpool
 
     crashes = []
     spec = envpool.EnvWorkerSpec('Env00000', [0], False, lambda: rpc.Process(

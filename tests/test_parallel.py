@@ -106,6 +106,7 @@ def test_runs_to_steps_with_ratio_saves_and_eval_split(tmp_path):
     output = run_to_end(
         logdir, '--run.steps', '2000', '--run.envs', '4',
         '--run.eval_envs', '1', '--run.save_every', '2',
+        '--run.report_every', '1',  # The run can end within debug's 10 s.
         '--run.train_ratio', '32', '--testing.replay_outs', 'True')
     assert 'Reached run.steps (2000)' in output
     assert 'All workers exited.' in output
@@ -231,7 +232,7 @@ def test_taken_auto_port_is_retried(monkeypatch, taken):
     """A port another program takes between choosing and binding makes the
     launch retry with fresh ports instead of failing."""
     from embodied.rpc import addresses
-    from embodied.run import parallel
+    from embodied.run.parallel import launch
 
     calls = []
     fill_auto = addresses.fill_auto
@@ -254,13 +255,13 @@ def test_taken_auto_port_is_retried(monkeypatch, taken):
                     'Replay', rpc.supervisor.EXIT_PORT_TAKEN)
             return 'done'
 
-    monkeypatch.setattr(parallel.rpc.addresses, 'fill_auto', flaky)
-    monkeypatch.setattr(parallel, '_Launch', FakeLaunch)
+    monkeypatch.setattr(launch.rpc.addresses, 'fill_auto', flaky)
+    monkeypatch.setattr(launch, '_Launch', FakeLaunch)
     import elements
     args = elements.Config(
         envs=2, actor_batch=-1, actor_addr='localhost:{auto}',
         replay_addr='localhost:{auto}', logger_addr='localhost:{auto}')
-    result = parallel.combined(
+    result = launch.combined(
         *[lambda *a: None] * 7, args)
     assert result == 'done'
     assert FakeLaunch.attempts == taken + 1

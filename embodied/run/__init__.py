@@ -1,7 +1,7 @@
 """The runners: single-process scripts and the parallel runner.
 
-`parallel` is imported on first use, so that `python -m embodied.run.parallel`
-does not find the module already imported under its own name.
+`parallel` (a package, one module per role) is imported on first use: the
+single-process scripts need none of its RPC machinery.
 """
 
 import importlib

@@ -81,3 +81,9 @@ def load_agent(agent, path, regex=''):
         raise ValueError(
             f'run.from_checkpoint {path} does not match the agent: '
             f'{type(e).__name__}: {e}') from e
+
+
+def resume_tag(logdir):
+    """The newest checkpoint tag complete for agent, replay and logger."""
+    return cplib.latest_common([
+        cplib.Checkpoint(directory(logdir, role)) for role in ROLES])

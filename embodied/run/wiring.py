@@ -39,6 +39,11 @@ def complete(args):
     return elements.Config({**missing, **args})
 
 
+def prefix(metrics, name):
+    """`metrics` with keys `name/key`."""
+    return {f'{name}/{k}': v for k, v in metrics.items()}
+
+
 def ipv6(args):
     """Whether servers and clients use IPv6 (`ipv6` or portal's setup)."""
     return bool(args.get('ipv6', portal.context.serverkw.get('ipv6', False)))

@@ -8,6 +8,8 @@ it with 0. `parallel_env` and `parallel_envs` run workers apart from
 `combined` (on other machines); `specs` describes the workers of a launch for
 `envpool.EnvPool`, which restarts crashed ones. Errors a restart cannot fix
 end the worker with an exit code that says so (see `envpool`).
+
+RPC methods called: actor `act` (one request per step of the worker's envs).
 """
 
 import functools
@@ -19,7 +21,7 @@ import portal
 
 import embodied
 from embodied import rpc
-from embodied.run import envpool
+from embodied.run.parallel import envpool
 from embodied.run import stopping
 from embodied.run import timing
 from embodied.run import wiring

@@ -1,0 +1,144 @@
+"""The learner thread of the agent process: trains the shared agent.
+
+    restore the agent (resume tag, or run.from_checkpoint); barrier.wait()
+    while not stopped:
+        batch = next(train stream)          # replay 'sample_batch_train'
+        carry, outs, metrics = agent.train(carry, batch)
+        replay.update(outs['replay'])       # replay context, if any
+        every run.report_every: agent.report on 'sample_batch_report'
+                                (and 'sample_batch_eval' with eval envs)
+        every run.log_every: logger.add(train metrics)
+
+Batches arrive through `RemoteStream`s, prefetched; train batches through
+shared memory when the replay is on this machine (`rpc.slots`). Saves come
+from the actor thread (`save`), under the link's train lock.
+
+RPC methods called: replay `sample_batch_train`, `sample_batch_report`,
+`sample_batch_eval`, `update`; logger `add`.
+"""
+
+import collections
+import time
+
+import elements
+
+import embodied
+from embodied.core import checkpoint as cplib
+from embodied.run import saving
+from embodied.run import timing
+from embodied.run import wiring
+from embodied.run.parallel import remote_stream
+from embodied.run.parallel.link import link_of
+from embodied.run.wiring import prefix
+
+
+@elements.timer.section('learner')
+def parallel_learner(agent, barrier, args):
+    """Trains on batches streamed from the replay until asked to stop."""
+    args = wiring.complete(args)
+    link = link_of(barrier)
+    agg = elements.Agg()
+    usage = elements.Usage(**args.usage)
+    should_log = embodied.GlobalClock(args.log_every)
+    should_report = embodied.GlobalClock(args.report_every)
+    fps = elements.FPS()
+    batch_steps = args.batch_size * args.batch_length
+    stop = link.learner_stop
+
+    cp = cplib.Checkpoint(saving.directory(args.logdir, 'agent'),
+                          args.save_keep)
+    cp.agent = agent
+    tag = saving.resume_tag(args.logdir)
+    if tag is not None:
+        cp.load(tag)
+        print(f'Learner resumed the agent from the save at step {tag}.')
+    elif args.from_checkpoint:
+        saving.load_agent(
+            agent, args.from_checkpoint, args.from_checkpoint_regex)
+    link.checkpoint = cp
+
+    logger = wiring.connect(args, 'logger', 'LearnerLogger', maxinflight=4)
+    updater = wiring.connect(
+        args, 'replay', 'LearnerReplayUpdater', maxinflight=8)
+    barrier.wait()
+
+    names = ('train', 'report', 'eval') if args.eval_envs else (
+        'train', 'report')
+    sources = {source: remote_stream.RemoteStream(
+        args, source, stop, link.learner,
+        shared=(source == 'train' and args.shared_batches))
+        for source in names}
+
+    def evaluate(stream):
+        carry = agent.init_report(args.batch_size)
+        agg = elements.Agg()
+        for _ in range(args.consec_report * args.report_batches):
+            batch = next(stream, None)
+            if batch is None:
+                return None
+            with link.train_lock:
+                carry, metrics = agent.report(carry, batch)
+            agg.add(metrics)
+        return agg.result()
+
+    def make_stream(source):
+        stream = embodied.streams.Stateless(sources[source])
+        return iter(agent.stream(stream))
+
+    stream_train = make_stream('train')
+    stream_report = make_stream('report')
+    stream_eval = make_stream('eval') if args.eval_envs else None
+    carry = agent.init_train(args.batch_size)
+    updates = collections.deque()
+
+    try:
+        while not stop.is_set():
+            with elements.timer.section('batch_next'):
+                batch = next(stream_train, None)
+            if batch is None:
+                break
+            start = time.monotonic()
+            with elements.timer.section('train_step'), link.train_lock:
+                carry, outs, mets = agent.train(carry, batch)
+            link.learner['train_seconds'] += time.monotonic() - start
+            link.learner['train_steps'] += 1
+            if 'replay' in outs:
+                with elements.timer.section('replay_update'):
+                    updates.append(updater.update(outs['replay']))
+                while updates and updates[0].done():
+                    updates.popleft().result()
+            agg.add(mets)
+            fps.step(batch_steps)
+
+            if should_report(skip=not sources['report'].ready_soon()):
+                with elements.timer.section('report'):
+                    metrics = evaluate(stream_report)
+                    if metrics is not None:
+                        logger.add(prefix(metrics, 'report'))
+                    if args.eval_envs and sources['eval'].ready_soon():
+                        metrics = evaluate(stream_eval)
+                        if metrics is not None:
+                            logger.add(prefix(metrics, 'eval'))
+                link.learner['reports'] += 1
+
+            if should_log():
+                stats = {}
+                stats['fps/train'] = fps.result()
+                stats.update(timing.timer_metrics('timer/agent'))
+                stats.update(prefix(agg.result(), 'train'))
+                stats.update(prefix(usage.stats(), 'usage/agent'))
+                for source, stream in sources.items():
+                    stats.update(prefix(
+                        stream.client.stats(), f'client/{source}'))
+                logger.add(stats)
+        final = agg.result()
+        if final:
+            logger.add(prefix(final, 'train')).result()
+    finally:
+        link.learner_done.set()
+        for client in (logger, updater):
+            client.close(1)
+        for stream in sources.values():
+            stream.close()
+    return 0
+
