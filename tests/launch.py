@@ -19,8 +19,10 @@ def env():
     return result
 
 
-def command(*flags, module='embodied.main'):
-    return [sys.executable, '-m', module, *map(str, flags)]
+def command(*flags, module='embodied.main', script=None):
+    """The command line of `python -m module` (or `python script`)."""
+    entry = [str(script)] if script else ['-m', module]
+    return [sys.executable, *entry, *map(str, flags)]
 
 
 def run(*flags, timeout=240, module='embodied.main'):
@@ -33,11 +35,11 @@ def run(*flags, timeout=240, module='embodied.main'):
 class Launch:
     """A command running in the background with its output in a file."""
 
-    def __init__(self, *flags, logfile, module='embodied.main'):
+    def __init__(self, *flags, logfile, module='embodied.main', script=None):
         self.logfile = pathlib.Path(logfile)
         self._file = open(self.logfile, 'w')
         self.proc = subprocess.Popen(
-            command(*flags, module=module), cwd=ROOT, env=env(),
+            command(*flags, module=module, script=script), cwd=ROOT, env=env(),
             stdout=self._file, stderr=subprocess.STDOUT)
 
     def output(self):

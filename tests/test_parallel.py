@@ -212,6 +212,37 @@ def test_remote_envs_and_replay_started_as_separate_commands(tmp_path):
     assert launch.saved_tags(logdir, 'replay')[-1] >= 300
 
 
+def test_actor_serves_original_one_env_requests_next_to_rows(tmp_path):
+    """An env process of the original (one env per request, scalar envid,
+    unbatched leaves) trains next to one of ours; the test agent checks
+    both envs' steps arrive in order in the policy and the replay."""
+    logdir = tmp_path / 'run'
+    actor, = launch_ports(1)
+    flags = ('--run.steps', '300', '--run.envs', '2', '--run.eval_envs', '0',
+             '--run.actor_batch', '1', '--run.actor_addr', f'localhost:{actor}')
+    main = start(logdir, '--run.remote_envs', 'True', *flags, name='main')
+    ours = start(logdir, *flags, '--replica', '0', script='parallel_env',
+                 name='ours')
+    original = launch.Launch(
+        f'localhost:{actor}', 1, False, *COMMON, *flags,
+        logfile=tmp_path / 'original.log',
+        script=launch.ROOT / 'tests' / 'original_env.py')
+    runs = (main, ours, original)
+    trees = [Tree(run.proc) for run in runs]
+    try:
+        results = [finish(run, tree, 240) for run, tree in zip(runs, trees)]
+    finally:
+        for run in runs:
+            run.kill()
+    for code, output in results:
+        assert code == 0, output[-4000:]
+        assert 'Traceback' not in output, output[-4000:]
+    assert 'Reached run.steps (300)' in results[0][1]
+    steps = re.findall(r'Original-style env 1 stepped (\d+) times', results[2][1])
+    assert steps and int(steps[0]) >= 50, results[2][1][-2000:]
+    assert launch.latest_value(logdir, 'replay/workers') == 2
+
+
 def test_actor_batch_larger_than_envs_is_rejected(tmp_path):
     logdir = tmp_path / 'run'
     result = launch.run(

@@ -123,6 +123,44 @@ def test_requests_with_several_rows_count_rows(client_for):
     assert sizes == [4]
 
 
+def test_one_env_requests_of_the_original_batch_with_rows(client_for):
+    """The original's env process sends one env per request (a scalar
+    `envid`, unbatched leaves, Python ints as int64); such a request is one
+    row of a batch with row requests, and its reply comes back unbatched."""
+    batches = []
+
+    def policy(data):
+        batches.append({k: v.copy() for k, v in data.items()})
+        return {'action': data['envid'] * 10, 'reset': data['is_last']}
+    server = rpc.Server('localhost:0', 'Test', flush_after=5)
+    server.bind('act', policy, batch=4)
+    with server:
+        ours = client_for(server)
+        original = portal.Client(f'localhost:{server.port}', 'Original')
+        try:
+            rows_reply = ours.act({
+                'envid': np.array([0, 1], np.int32),
+                'image': np.zeros((2, 3, 3), np.uint8),
+                'is_last': np.array([False, True])})
+            singles = [original.act({
+                'envid': envid, 'image': np.full((3, 3), envid, np.uint8),
+                'is_last': False}) for envid in (2, 3)]
+            rows_reply = rows_reply.result(timeout=10)
+            single_replies = [f.result(timeout=10) for f in singles]
+        finally:
+            original.close()
+    assert len(batches) == 1
+    batch = batches[0]
+    np.testing.assert_array_equal(batch['envid'], [0, 1, 2, 3])
+    assert batch['envid'].dtype == np.int32
+    assert batch['image'].shape == (4, 3, 3)
+    np.testing.assert_array_equal(batch['image'][3], np.full((3, 3), 3))
+    np.testing.assert_array_equal(rows_reply['action'], [0, 10])
+    for envid, reply in zip((2, 3), single_replies):
+        assert reply['action'].shape == () and reply['action'] == 10 * envid
+        assert reply['reset'].shape == () and not reply['reset']
+
+
 def test_partial_batch_flushes_after_timeout(client_for):
     server = rpc.Server('localhost:0', 'Test', flush_after=0.05)
     server.bind('act', lambda data: {'y': data['x']}, batch=8)
@@ -147,8 +185,13 @@ def test_mismatched_request_gets_error_and_others_continue(client_for):
             client.act(rows(1, width=3)).result()
         with pytest.raises(RuntimeError, match='missing'):
             client.act({'z': np.zeros((1, 1), np.float32)}).result()
-        with pytest.raises(RuntimeError, match='first axis'):
+        # A scalar makes the request one unbatched row, of the wrong shape.
+        with pytest.raises(rpc.BadRequest, match=r"'x' expected dtype float32 "
+                           r"shape \(1,\) per row, got dtype float32 shape "
+                           r"\(\)"):
             client.act({'x': np.float32(1)}).result()
+        with pytest.raises(RuntimeError, match='first axis'):
+            client.act({'x': 'text'}).result()
         assert client.act(rows(5)).result()['y'][0, 0] == 5
 
 

@@ -15,11 +15,15 @@ a long-running, fault-tolerant run:
   server and port, no busy polling (the loop blocks until a message, a
   finished job or a flush deadline).
 * A batched request is a dict of arrays whose first axis counts rows (one
-  request may carry several envs). A batch fires when the pending requests
+  request may carry several envs). A request of unbatched leaves, told apart
+  by a scalar among them (the original's env process sends one env per
+  request, with a scalar `envid`), counts as one row, and its reply comes
+  back unbatched too, as `portal.BatchServer` does. A batch fires when the pending requests
   hold at least `batch` rows, or `flush_after` seconds after the oldest
   arrived, so a missing client never stalls the others.
 * Requests are checked against the first one accepted (keys, dtype, trailing
-  shape); a mismatch is answered with an error naming the key, expected and
+  shape; a leaf of the same kind converts when its values survive, e.g.
+  int64 to int32); a mismatch is answered with an error naming the key, expected and
   actual, and the others are unaffected. Undecodable messages and malformed
   frames drop that connection only. Unknown methods get an error reply.
 * An exception in a bound function answers its requests with the error and
@@ -61,14 +65,15 @@ class _Event:
 
 class _Request:
 
-    __slots__ = ('addr', 'reqnum', 'args', 'rows', 'time')
+    __slots__ = ('addr', 'reqnum', 'args', 'rows', 'time', 'single')
 
-    def __init__(self, addr, reqnum, args, rows, now):
+    def __init__(self, addr, reqnum, args, rows, now, single=False):
         self.addr = addr
         self.reqnum = reqnum
         self.args = args
         self.rows = rows
         self.time = now
+        self.single = single  # Unbatched leaves, sent as one row.
 
 
 class _Method:
@@ -250,14 +255,15 @@ class Server:
         method.stats['requests'] += 1
         if method.fixed is not None:
             return self._send(addr, reqnum, method.fixed)
-        rows = 0
+        rows, single = 0, False
         if method.batch:
+            args, single = _as_rows(args)
             problem, rows = self._check(method, args)
             if problem:
                 method.stats['rejected'] += 1
                 return self._send_error(addr, reqnum, _BAD_INPUT, problem)
         method.queue.append(
-            _Request(addr, reqnum, args, rows, time.monotonic()))
+            _Request(addr, reqnum, args, rows, time.monotonic(), single))
         method.rows += rows
 
     def _check(self, method, args):
@@ -288,11 +294,17 @@ class Server:
             return (f'{prefix}: keys differ from earlier requests '
                     f'(missing {missing}, unexpected {extra}).'), 0
         for key, (dtype, shape) in spec.items():
-            if (dtype, shape) != method.spec[key]:
-                want_dtype, want_shape = method.spec[key]
-                return (f"{prefix}: '{key}' expected dtype {want_dtype} "
-                        f"shape {want_shape} per row, got dtype {dtype} "
-                        f"shape {shape}."), 0
+            if (dtype, shape) == method.spec[key]:
+                continue
+            want_dtype, want_shape = method.spec[key]
+            if shape == want_shape and _converts(data[key], want_dtype):
+                # The original's env sends Python ints (int64) where ours
+                # send int32: one kind, so the values convert exactly.
+                data[key] = data[key].astype(want_dtype)
+                continue
+            return (f"{prefix}: '{key}' expected dtype {want_dtype} "
+                    f"shape {want_shape} per row, got dtype {dtype} "
+                    f"shape {shape}."), 0
         return None, rows
 
     def _dispatch(self, method):
@@ -372,7 +384,10 @@ class Server:
             start = 0
             for request in requests:
                 stop = start + request.rows
-                part = {k: v[start:stop] for k, v in reply.items()}
+                if request.single:
+                    part = {k: v[start] for k, v in reply.items()}
+                else:
+                    part = {k: v[start:stop] for k, v in reply.items()}
                 self._send(request.addr, request.reqnum, part)
                 start = stop
         else:
@@ -413,3 +428,25 @@ class Server:
 
     def _log(self, message):
         print(f'[{self.name}] {message}', flush=True)
+
+
+def _as_rows(args):
+    """`(args, single)`: a request of unbatched leaves (a scalar among
+    them) as one row with a leading axis of 1 on every leaf."""
+    if len(args) != 1 or not isinstance(args[0], dict):
+        return args, False
+    data = args[0]
+    if not any(isinstance(v, np.ndarray) and v.ndim == 0
+               for v in data.values()):
+        return args, False
+    if not all(isinstance(v, np.ndarray) for v in data.values()):
+        return args, False  # `_check` names the key that is no array.
+    return [{k: v[None] for k, v in data.items()}], True
+
+
+def _converts(value, dtype):
+    """Whether `value` has `dtype`'s kind (integer, float, ...) and keeps
+    its values when converted to it."""
+    if value.dtype.kind != dtype.kind:
+        return False
+    return bool(np.array_equal(value.astype(dtype), value))
