@@ -34,10 +34,7 @@ class CountEnv(embodied.Env):
             'index': Space(np.int32),
             'pid': Space(np.int32),
             'log/steps': Space(np.int32),
-            'reward': Space(np.float32),
-            'is_first': Space(bool),
-            'is_last': Space(bool),
-            'is_terminal': Space(bool),
+            **embodied.core.base.step_spaces(),
         }
 
     @property

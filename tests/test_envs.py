@@ -117,7 +117,7 @@ def test_env_modules_import_without_jax_or_suites():
     code = (
         'import sys, embodied, embodied.envs.dummy, embodied.envs.cartpole, '
         'embodied.envs.from_gym, embodied.envs.from_dm, '
-        'embodied.agents.testing; '
+        'embodied.agents.testing, embodied.run; '
         "bad = [m for m in ('jax', 'gymnasium', 'dm_env', 'dm_control') "
         'if m in sys.modules]; '
         'assert not bad, bad')

@@ -333,10 +333,14 @@ def test_garbage_to_every_port_is_dropped_and_run_continues(tmp_path):
 # Refused before anything starts.
 
 
-def test_oversized_replay_is_refused_before_allocating(tmp_path):
-    result = launch.run(
+def run_refused(tmp_path, *flags):
+    return launch.run(
         '--script', 'parallel', *COMMON, '--logdir', tmp_path / 'run',
-        '--replay.size', '1e13', module=MODULE, timeout=120)
+        *flags, module=MODULE, timeout=120)
+
+
+def test_oversized_replay_is_refused_before_allocating(tmp_path):
+    result = run_refused(tmp_path, '--replay.size', '1e13')
     assert result.returncode == 2
     assert 'The replay cannot fit in memory' in result.stdout
     assert '--replay.size' in result.stdout
@@ -344,9 +348,7 @@ def test_oversized_replay_is_refused_before_allocating(tmp_path):
 
 
 def test_unknown_flag_names_closest_key(tmp_path):
-    result = launch.run(
-        '--script', 'parallel', *COMMON, '--logdir', tmp_path / 'run',
-        '--run.env_restart', '3', module=MODULE, timeout=120)
+    result = run_refused(tmp_path, '--run.env_restart', '3')
     assert result.returncode == 2
     assert "Unknown flag '--run.env_restart'" in result.stdout
     assert "'run.env_restarts'" in result.stdout
@@ -354,9 +356,7 @@ def test_unknown_flag_names_closest_key(tmp_path):
 
 def test_missing_from_checkpoint_is_named(tmp_path):
     missing = tmp_path / 'nothing'
-    result = launch.run(
-        '--script', 'parallel', *COMMON, '--logdir', tmp_path / 'run',
-        '--run.from_checkpoint', missing, module=MODULE, timeout=120)
+    result = run_refused(tmp_path, '--run.from_checkpoint', missing)
     assert result.returncode != 0
     assert f'run.from_checkpoint: No complete checkpoint at {missing}' in (
         result.stdout)

@@ -84,6 +84,20 @@ def progress_step(output):
     return int(steps[-1]) if steps else 0
 
 
+def finish_all(runs, timeout=240):
+    """Waits for launches that must all end cleanly; returns their outputs."""
+    trees = [Tree(run.proc) for run in runs]
+    try:
+        results = [finish(run, tree, timeout) for run, tree in zip(runs, trees)]
+    finally:
+        for run in runs:
+            run.kill()
+    for code, output in results:
+        assert code == 0, output[-4000:]
+        assert 'Traceback' not in output, output[-4000:]
+    return [output for _, output in results]
+
+
 def run_to_end(logdir, *flags, timeout=300, name='run', during=None):
     """Runs a launch that must end cleanly, calling `during(run, tree)` on
     the way; returns its output."""
@@ -198,16 +212,8 @@ def test_remote_envs_and_replay_started_as_separate_commands(tmp_path):
         start(logdir, *flags, '--replica', '2', script='parallel_env',
               name='eval_env'),
     ]
-    trees = [Tree(run.proc) for run in runs]
-    try:
-        results = [finish(run, tree, 240) for run, tree in zip(runs, trees)]
-    finally:
-        for run in runs:
-            run.kill()
-    for code, output in results:
-        assert code == 0, output[-4000:]
-        assert 'Traceback' not in output, output[-4000:]
-    assert 'Reached run.steps (300)' in results[0][1]
+    outputs = finish_all(runs)
+    assert 'Reached run.steps (300)' in outputs[0]
     assert launch.latest_value(logdir, 'parallel_replay/eval_inserts') > 0
     assert launch.saved_tags(logdir, 'replay')[-1] >= 300
 
@@ -228,18 +234,10 @@ def test_actor_serves_original_one_env_requests_next_to_rows(tmp_path):
         logfile=tmp_path / 'original.log',
         script=launch.ROOT / 'tests' / 'original_env.py')
     runs = (main, ours, original)
-    trees = [Tree(run.proc) for run in runs]
-    try:
-        results = [finish(run, tree, 240) for run, tree in zip(runs, trees)]
-    finally:
-        for run in runs:
-            run.kill()
-    for code, output in results:
-        assert code == 0, output[-4000:]
-        assert 'Traceback' not in output, output[-4000:]
-    assert 'Reached run.steps (300)' in results[0][1]
-    steps = re.findall(r'Original-style env 1 stepped (\d+) times', results[2][1])
-    assert steps and int(steps[0]) >= 50, results[2][1][-2000:]
+    outputs = finish_all(runs)
+    assert 'Reached run.steps (300)' in outputs[0]
+    steps = re.findall(r'Original-style env 1 stepped (\d+) times', outputs[2])
+    assert steps and int(steps[0]) >= 50, outputs[2][-2000:]
     assert launch.latest_value(logdir, 'replay/workers') == 2
 
 

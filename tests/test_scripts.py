@@ -9,12 +9,17 @@ COMMON = (
     '--run.log_every', '1', '--run.envs', '2', '--run.eval_envs', '1')
 
 
+def run_ok(script, logdir, *flags):
+    """Runs `script` to its end, which must be exit 0."""
+    result = launch.run(
+        '--script', script, *COMMON, *flags, '--logdir', logdir)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return result
+
+
 def test_train_reaches_steps_then_resumes(tmp_path):
     logdir = tmp_path / 'run'
-    result = launch.run(
-        '--script', 'train', *COMMON, '--run.steps', '300',
-        '--logdir', logdir)
-    assert result.returncode == 0, result.stdout[-3000:]
+    result = run_ok('train', logdir, '--run.steps', '300')
     assert 'Reached run.steps' in result.stdout
     assert 'Traceback' not in result.stdout
     assert launch.metrics(logdir), 'no metrics.jsonl rows written'
@@ -25,10 +30,7 @@ def test_train_reaches_steps_then_resumes(tmp_path):
     assert list((logdir / 'replay').glob('*')), 'no replay chunk files'
     assert launch.latest_value(logdir, 'train/train_batches') > 0
 
-    result = launch.run(
-        '--script', 'train', *COMMON, '--run.steps', '600',
-        '--logdir', logdir)
-    assert result.returncode == 0, result.stdout[-3000:]
+    result = run_ok('train', logdir, '--run.steps', '600')
     first = launch.saved_tags(logdir, 'logger')
     assert 'Resumed from the save at step' in result.stdout
     assert first[-1] >= 600
@@ -37,10 +39,7 @@ def test_train_reaches_steps_then_resumes(tmp_path):
 
 def test_train_with_env_subprocesses(tmp_path):
     logdir = tmp_path / 'run'
-    result = launch.run(
-        '--script', 'train', *COMMON, '--run.debug', 'False',
-        '--run.steps', '200', '--logdir', logdir)
-    assert result.returncode == 0, result.stdout[-3000:]
+    run_ok('train', logdir, '--run.debug', 'False', '--run.steps', '200')
     assert launch.saved_tags(logdir, 'logger')[-1] >= 200
 
 
@@ -65,29 +64,21 @@ def test_sigterm_saves_and_rerun_resumes_step(tmp_path):
     assert stopped in launch.saved_tags(logdir, 'agent')
     assert stopped in launch.saved_tags(logdir, 'replay')
 
-    result = launch.run(
-        '--script', 'train', *COMMON, '--run.steps', stopped + 100,
-        '--logdir', logdir)
-    assert result.returncode == 0, result.stdout[-3000:]
+    result = run_ok('train', logdir, '--run.steps', stopped + 100)
     assert f'Resumed from the save at step {stopped}' in result.stdout
     assert launch.saved_tags(logdir, 'logger')[-1] >= stopped + 100
 
 
 def test_train_eval_then_eval_only(tmp_path):
     logdir = tmp_path / 'run'
-    result = launch.run(
-        '--script', 'train_eval', *COMMON, '--run.steps', '300',
-        '--run.report_every', '1', '--logdir', logdir)
-    assert result.returncode == 0, result.stdout[-3000:]
+    run_ok('train_eval', logdir, '--run.steps', '300',
+           '--run.report_every', '1')
     rows = launch.metrics(logdir)
     assert any('eval_episode/score' in row for row in rows)
     assert any('episode/score' in row for row in rows)
     assert list((logdir / 'replay_eval').glob('*')), 'no eval replay data'
 
-    result = launch.run(
-        '--script', 'eval_only', *COMMON, '--run.steps', '200',
-        '--logdir', logdir)
-    assert result.returncode == 0, result.stdout[-3000:]
+    run_ok('eval_only', logdir, '--run.steps', '200')
     assert launch.saved_tags(logdir, 'eval')[-1] >= 200
     # Training checkpoints are untouched by evaluation.
     assert launch.saved_tags(logdir, 'logger')[-1] >= 300

@@ -24,10 +24,7 @@ class TinyEnv(embodied.Env):
         return {
             'image': Space(np.uint8, self.image),
             'pos': Space(self.obs_dtype, (), 0, 100),
-            'reward': Space(np.float32),
-            'is_first': Space(bool),
-            'is_last': Space(bool),
-            'is_terminal': Space(bool),
+            **embodied.core.base.step_spaces(),
         }
 
     @property

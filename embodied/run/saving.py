@@ -87,3 +87,16 @@ def resume_tag(logdir):
     """The newest checkpoint tag complete for agent, replay and logger."""
     return cplib.latest_common([
         cplib.Checkpoint(directory(logdir, role)) for role in ROLES])
+
+
+def resume_role(args, role, **saveables):
+    """`(checkpoint, tag)` of one role of the parallel runner: its
+    checkpoint holding `saveables`, loaded from the resume tag when there
+    is one (`tag` is None otherwise)."""
+    cp = cplib.Checkpoint(directory(args.logdir, role), args.save_keep)
+    for name, saveable in saveables.items():
+        setattr(cp, name, saveable)
+    tag = resume_tag(args.logdir)
+    if tag is not None:
+        cp.load(tag)
+    return cp, tag

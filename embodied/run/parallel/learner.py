@@ -23,7 +23,6 @@ import time
 import elements
 
 import embodied
-from embodied.core import checkpoint as cplib
 from embodied.run import saving
 from embodied.run import timing
 from embodied.run import wiring
@@ -45,12 +44,8 @@ def parallel_learner(agent, barrier, args):
     batch_steps = args.batch_size * args.batch_length
     stop = link.learner_stop
 
-    cp = cplib.Checkpoint(saving.directory(args.logdir, 'agent'),
-                          args.save_keep)
-    cp.agent = agent
-    tag = saving.resume_tag(args.logdir)
+    cp, tag = saving.resume_role(args, 'agent', agent=agent)
     if tag is not None:
-        cp.load(tag)
         print(f'Learner resumed the agent from the save at step {tag}.')
     elif args.from_checkpoint:
         saving.load_agent(

@@ -19,7 +19,6 @@ import elements
 
 import embodied
 from embodied import rpc
-from embodied.core import checkpoint as cplib
 from embodied.run import episodes as episodeslib
 from embodied.run import saving
 from embodied.run import wiring
@@ -40,12 +39,8 @@ def parallel_logger(make_logger, args):
     updated = {}
     counts = collections.Counter()
 
-    cp = cplib.Checkpoint(saving.directory(args.logdir, 'logger'),
-                          args.save_keep)
-    cp.step = step
-    tag = saving.resume_tag(args.logdir)
+    cp, tag = saving.resume_role(args, 'logger', step=step)
     if tag is not None:
-        cp.load(tag)
         print(f'Logger resumed at step {int(step)}.', flush=True)
 
     def add(metrics):

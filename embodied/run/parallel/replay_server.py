@@ -28,7 +28,6 @@ import numpy as np
 
 import embodied
 from embodied import rpc
-from embodied.core import checkpoint as cplib
 from embodied.core import limiters
 from embodied.run import replay_files
 from embodied.run import saving
@@ -196,14 +195,10 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
                       flush=True)
         return int(tag)
 
-    cp = cplib.Checkpoint(saving.directory(args.logdir, 'replay'),
-                          args.save_keep)
-    cp.replay = replay_train
-    cp.replay_eval = replay_eval
-    cp.limiter = limiter
-    tag = saving.resume_tag(args.logdir)
+    cp, tag = saving.resume_role(
+        args, 'replay', replay=replay_train, replay_eval=replay_eval,
+        limiter=limiter)
     if tag is not None:
-        cp.load(tag)
         print(f'Replay resumed from the save at step {tag} '
               f'({len(replay_train)} items).', flush=True)
 
