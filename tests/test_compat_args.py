@@ -264,3 +264,11 @@ def test_parallel_scripts_with_original_args(tmp_path, monkeypatch):
     assert 'Reached run.steps (300)' in outputs[0]
     assert launch.saved_tags(logdir, 'replay')[-1] >= 300
     assert launch.latest_value(logdir, 'parallel_replay/eval_inserts') > 0
+
+
+def test_original_clock_flags_are_known_keys():
+    config = config_for(
+        '/tmp/unused', '--clock_addr', 'localhost:7000', '--clock_port',
+        '7000')
+    assert config.clock_addr == 'localhost:7000'
+    assert config.clock_port == '7000'
