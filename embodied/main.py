@@ -20,6 +20,7 @@ import numpy as np
 
 import embodied
 from embodied import config as configlib
+from embodied.run import arguments
 from embodied.run import memory
 
 SUITES = {
@@ -193,19 +194,7 @@ def _init_process(timer_enabled):
 
 def make_args(config):
     """The slice of the config the runners see: `run` plus a few globals."""
-    return elements.Config(
-        **config.run,
-        replica=config.replica,
-        replicas=config.replicas,
-        logdir=config.logdir,
-        seed=config.seed,
-        batch_size=config.batch_size,
-        batch_length=config.batch_length,
-        report_length=config.report_length,
-        consec_train=config.consec_train,
-        consec_report=config.consec_report,
-        replay_context=config.replay_context,
-    )
+    return arguments.from_config(config)
 
 
 def replay_spaces(config):

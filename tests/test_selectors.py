@@ -231,3 +231,53 @@ def test_mixture_forwards_priorities():
 def test_mixture_rejects_bad_fractions(selectors_, fractions, word):
     with pytest.raises(ValueError, match=word):
         selectors.Mixture(selectors_, fractions)
+
+
+def test_prioritized_accepts_the_strings_yaml_yields():
+    # The original's configs.yaml says `initial: inf`, which YAML reads as
+    # the string 'inf'; flags can bring other numbers as text.
+    import ruamel.yaml as yaml
+    prio = yaml.YAML(typ='safe').load(
+        '{exponent: 0.8, maxfrac: 0.5, initial: inf, zero_on_sample: True}')
+    assert prio['initial'] == 'inf'
+    selector = selectors.Prioritized(**prio, seed=3)
+    assert selector.initial == np.inf
+    assert selectors.Prioritized(exponent='2', maxfrac='1e-1').exponent == 2.0
+    assert selectors.Prioritized(maxfrac=' 0.25 ').maxfrac == 0.25
+    # Infinite initial priority: each fresh item comes first, once.
+    for key in range(4):
+        selector[key] = stepids(key)
+    assert sorted(selector() for _ in range(4)) == [0, 1, 2, 3]
+    selector[9] = stepids(9)
+    assert selector() == 9
+
+
+@pytest.mark.parametrize('kwargs, error, match', [
+    (dict(initial='infinity please'), ValueError, "initial .* 'infinity"),
+    (dict(initial=''), ValueError, 'initial'),
+    (dict(exponent=None), TypeError, 'exponent .* None'),
+    (dict(maxfrac=True), TypeError, 'maxfrac'),
+    (dict(initial=[1.0]), TypeError, 'initial'),
+    (dict(initial='-1'), ValueError, 'initial priority must be >= 0'),
+    (dict(initial='nan'), ValueError, 'initial priority must be >= 0'),
+    (dict(exponent='inf'), ValueError, 'exponent must be finite'),
+    (dict(maxfrac='2'), ValueError, r'maxfrac must be in \[0, 1\]'),
+])
+def test_prioritized_names_the_bad_argument(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        selectors.Prioritized(**kwargs)
+
+
+def test_mixture_names_a_bad_fraction():
+    with pytest.raises(ValueError, match="fraction 'b' must be a number"):
+        selectors.Mixture(
+            dict(a=selectors.Uniform(), b=selectors.Fifo()),
+            dict(a=0.5, b='half'))
+
+
+def test_selectors_resolve_as_in_the_original():
+    # The original's main.py builds its selectors as `embodied.replay.selectors`.
+    import embodied
+    assert embodied.replay.selectors is selectors
+    assert embodied.selectors is selectors
+    assert embodied.replay.Replay is embodied.Replay

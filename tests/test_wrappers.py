@@ -400,3 +400,51 @@ def test_unify_dtypes_leaves_other_kinds_for_check_spaces():
         env.step({'reset': True})
     obs = wrapperslib.UnifyDtypes(FloatImageEnv()).step({'reset': True})
     assert obs['reward'].dtype == np.float32  # float64 -> float32 is kept
+
+
+class CountingRewardEnv(TinyEnv):
+    """TinyEnv whose reward is the step count within the episode."""
+
+    def step(self, action):
+        obs = super().step(action)
+        return {**obs, 'reward': np.float32(self.count)}
+
+
+def test_backward_return_discounts_past_rewards_within_episodes():
+    env = wrappers.BackwardReturn(CountingRewardEnv(length=4), horizon=10)
+    space = env.obs_space['bwreturn']
+    assert (space.dtype, space.shape) == (np.float32, ())
+    discount = 0.9
+    rewards, got = [], []
+    obs = env.step(act(reset=True))
+    for _ in range(12):
+        if obs['is_first']:
+            rewards = []
+        rewards.append(float(obs['reward']))
+        ages = np.arange(len(rewards))[::-1]
+        expected = float(np.sum(np.array(rewards) * discount ** ages))
+        got.append((float(obs['bwreturn']), expected))
+        obs = env.step(act(reset=bool(obs['is_last'])))
+    assert obs['bwreturn'].dtype == np.float32
+    for value, expected in got:
+        assert value == pytest.approx(expected, rel=1e-6)
+    # Episode steps carry rewards 0, 1, 2, 3, 4: the last one of each has
+    # 4 + 0.9 * 3 + 0.81 * 2 + 0.729 * 1.
+    assert max(v for v, _ in got) == pytest.approx(4 + 2.7 + 1.62 + 0.729)
+    with pytest.raises(ValueError, match='horizon must be >= 1'):
+        wrappers.BackwardReturn(TinyEnv(), horizon=0)
+
+
+def test_add_obs_adds_a_constant_key_and_its_space():
+    space = Space(np.int32, (2,), 0, 10)
+    value = np.array([3, 4], np.int32)
+    env = wrappers.AddObs(TinyEnv(), 'goal', value, space)
+    assert env.obs_space['goal'] is space
+    assert set(env.obs_space) == set(TinyEnv().obs_space) | {'goal'}
+    for count, reset in enumerate((True, False, False)):
+        obs = env.step(act(reset=reset))
+        assert obs['goal'] is value
+        assert obs['pos'] == count  # The env's own obs pass through.
+    with pytest.raises(ValueError, match="already has obs 'pos'"):
+        wrappers.AddObs(TinyEnv(), 'pos', 0, Space(np.float32))
+    assert embodied.wrappers.Wrapper is embodied.Wrapper

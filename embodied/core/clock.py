@@ -1,6 +1,18 @@
-"""Time-based clocks that say when periodic work (log, report, save) is due."""
+"""Time-based clocks that say when periodic work (log, report, save) is due.
 
+`LocalClock` decides on its own. `GlobalClock` is for decisions every replica
+of a multi-replica run must take together: after `setup(...)` with more than
+one replica, replica 0 serves the decisions and every replica (replica 0
+too) asks it, so all get the same answer for their n-th call of a clock.
+Without `setup` (or with one replica) a `GlobalClock` is a `LocalClock`.
+"""
+
+import threading
 import time
+
+# Set by `setup` for a multi-replica run: (client, replica, timeout).
+_LINK = None
+_SERVER = None
 
 
 class LocalClock:
@@ -34,9 +46,162 @@ class LocalClock:
 
 
 class GlobalClock(LocalClock):
-    """The clock for decisions the whole run takes together (report, save).
+    """A clock whose decisions agree across the replicas of a run.
 
-    On one host it behaves like `LocalClock`; it exists as its own name so code
-    says which decisions must agree between processes, as in the original.
-    The parallel runner makes such decisions in one role and broadcasts them.
+    After `setup` with `replicas > 1`, every replica must create its global
+    clocks in the same order and call each clock equally often: the n-th
+    call of a clock waits for the n-th call of every replica, and all get one
+    decision, with `LocalClock`'s rules on replica 0's time. It is False when
+    any replica skips. Otherwise it behaves like `LocalClock`.
     """
+
+    def __init__(self, every, first=False):
+        super().__init__(every, first)
+        self.link = _LINK
+        if self.link:
+            client, replica, timeout = self.link
+            self.clockid = _ask(
+                client, 'create', replica, float(every), bool(first),
+                timeout=timeout)
+
+    def __call__(self, step=None, skip=None):
+        if not self.link:
+            return super().__call__(step, skip)
+        client, replica, timeout = self.link
+        return bool(_ask(
+            client, 'should', replica, self.clockid, bool(skip),
+            timeout=timeout))
+
+
+def setup(is_server, replica, replicas, port, addr, timeout=600):
+    """Connects this replica to the clock server of a multi-replica run.
+
+    `is_server`: this replica serves the decisions (exactly one does) on
+    `port`, a port number (bound on loopback) or `'host:port'` naming the
+    interface to bind (e.g. `'0.0.0.0:7000'` for other machines). `addr`:
+    `'host:port'` of that server for every replica. A replica that waits
+    longer than `timeout` seconds for the others gets a TimeoutError naming
+    the missing replicas. Does nothing for `replicas <= 1`.
+    """
+    global _LINK, _SERVER
+    if _LINK is not None:
+        raise RuntimeError('embodied.clock.setup() was already called.')
+    replicas, replica = int(replicas), int(replica)
+    if replicas <= 1:
+        return
+    if not 0 <= replica < replicas:
+        raise ValueError(
+            f'clock setup: replica {replica} is not in [0, {replicas}).')
+    from embodied import rpc  # Only multi-replica runs need the RPC layer.
+    if is_server:
+        _SERVER = _start_server(port, replicas, timeout)
+    client = rpc.connect(addr, f'ClockClient{replica}', timeout)
+    _LINK = (client, replica, timeout)
+
+
+def close():
+    """Disconnects from the clock server (and stops it on its replica);
+    clocks created afterwards are local again."""
+    global _LINK, _SERVER
+    if _LINK:
+        _LINK[0].close(1)
+    if _SERVER:
+        _SERVER.close()
+    _LINK = _SERVER = None
+
+
+def _ask(client, method, *args, timeout):
+    from embodied import rpc
+    # The server gives up after `timeout`; the margin covers the round trip.
+    future = client.call(method, *args)
+    try:
+        return rpc.result(future, timeout=timeout + 30)
+    except TimeoutError:
+        raise TimeoutError(
+            f'GlobalClock: no {method} decision from the clock server in '
+            f'{timeout + 30} s.') from None
+
+
+def _start_server(port, replicas, timeout):
+    import portal
+    from embodied import rpc
+    decider = Decider(replicas, timeout)
+    ipv6 = portal.context.serverkw.get('ipv6', False)
+    server = rpc.Server(port, 'ClockServer', ipv6=ipv6)
+    server.bind('create', decider.create)
+    # A `should` call blocks until its round is complete; each replica may
+    # have calls of several clocks waiting at once (e.g. from two threads).
+    server.bind('should', decider.should, workers=4 * replicas)
+    return server.start()
+
+
+class Decider:
+    """The clock server's state: one decision per round of calls.
+
+    Round n of a clock is the n-th call of it by each replica; its decision
+    is made when the last replica arrives and is given to all of them.
+    Thread-safe; `should` blocks until the round is complete.
+    """
+
+    def __init__(self, replicas, timeout=600):
+        self.replicas = replicas
+        self.timeout = timeout
+        self.clocks = []           # clockid -> LocalClock on this host
+        self.created = [0] * replicas  # replica -> clocks it has created
+        self.calls = {}            # (replica, clockid) -> calls made
+        self.rounds = {}           # (clockid, n) -> {replica: skip}
+        self.decisions = {}        # (clockid, n) -> [decision, replicas left]
+        self.cond = threading.Condition()
+
+    def create(self, replica, every, first):
+        """Registers the replica's next clock; returns its clockid."""
+        replica, every, first = int(replica), float(every), bool(first)
+        with self.cond:
+            clockid = self.created[replica]
+            self.created[replica] += 1
+            if clockid == len(self.clocks):
+                self.clocks.append(LocalClock(every, first))
+            clock = self.clocks[clockid]
+            if (clock.every, clock.first) != (every, first):
+                raise ValueError(
+                    f'GlobalClock {clockid}: replica {replica} created it '
+                    f'with every={every}, first={first}, but another '
+                    f'replica with every={clock.every}, '
+                    f'first={clock.first}; every replica must create the '
+                    f'same clocks in the same order.')
+            return clockid
+
+    def should(self, replica, clockid, skip):
+        """The decision of the replica's next call of clock `clockid`."""
+        replica, clockid, skip = int(replica), int(clockid), bool(skip)
+        with self.cond:
+            if not 0 <= clockid < len(self.clocks):
+                raise ValueError(
+                    f'GlobalClock {clockid} of replica {replica} was never '
+                    f'created on the clock server.')
+            n = self.calls.get((replica, clockid), 0)
+            self.calls[replica, clockid] = n + 1
+            key = (clockid, n)
+            arrived = self.rounds.setdefault(key, {})
+            arrived[replica] = skip
+            if len(arrived) == self.replicas:
+                del self.rounds[key]
+                skipped = any(arrived.values())
+                decision = self.clocks[clockid](skip=skipped)
+                self.decisions[key] = [decision, self.replicas]
+                self.cond.notify_all()
+            deadline = time.monotonic() + self.timeout
+            while key not in self.decisions:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = sorted(
+                        set(range(self.replicas)) - set(arrived))
+                    raise TimeoutError(
+                        f'GlobalClock {clockid}, call {n}: replicas '
+                        f'{missing} did not call within {self.timeout} s.')
+                self.cond.wait(left)
+            entry = self.decisions[key]
+            entry[1] -= 1
+            if not entry[1]:
+                del self.decisions[key]
+            return entry[0]

@@ -147,17 +147,24 @@ class Prioritized:
     def __init__(
             self, exponent=1.0, initial=1.0, zero_on_sample=False,
             maxfrac=0.0, branching=16, seed=0):
+        # YAML reads `inf` as a string, so numbers may arrive as text.
+        exponent = _number('exponent', exponent)
+        initial = _number('initial', initial)
+        maxfrac = _number('maxfrac', maxfrac)
         if not 0 <= maxfrac <= 1:
-            raise ValueError(f'maxfrac must be in [0, 1], got {maxfrac!r}.')
+            raise ValueError(
+                f'Prioritized maxfrac must be in [0, 1], got {maxfrac!r}.')
         if not exponent >= 0 or not np.isfinite(exponent):
             raise ValueError(
-                f'exponent must be finite and >= 0, got {exponent!r}.')
+                f'Prioritized exponent must be finite and >= 0, got '
+                f'{exponent!r}.')
         if not initial >= 0:
-            raise ValueError(f'initial priority must be >= 0, got {initial!r}.')
-        self.exponent = float(exponent)
-        self.initial = float(initial)
+            raise ValueError(
+                f'Prioritized initial priority must be >= 0, got {initial!r}.')
+        self.exponent = exponent
+        self.initial = initial
         self.zero_on_sample = bool(zero_on_sample)
-        self.maxfrac = float(maxfrac)
+        self.maxfrac = maxfrac
         self._tree = sumtree.SumTree(branching)
         self._rng = np.random.default_rng(seed)
         self._slots = {}     # key -> slot in the tree
@@ -288,7 +295,14 @@ class Mixture:
 
     def __init__(self, selectors, fractions, seed=0):
         selectors = dict(selectors)
-        fractions = {k: float(v) for k, v in dict(fractions).items()}
+        fractions = dict(fractions)
+        for name, value in fractions.items():
+            try:
+                fractions[name] = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f'Mixture fraction {name!r} must be a number, got '
+                    f'{value!r}.') from None
         if set(selectors) != set(fractions):
             raise ValueError(
                 f'Mixture needs one fraction per selector: selectors '
@@ -326,6 +340,21 @@ class Mixture:
         for selector in self._selectors:
             if hasattr(selector, 'prioritize'):
                 selector.prioritize(stepids, priorities)
+
+
+def _number(name, value):
+    """`value` as a float; numeric strings such as 'inf' or '1e-3' count."""
+    message = (
+        f"Prioritized {name} must be a number or a numeric string such as "
+        f"'inf', got {value!r}.")
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(message) from None
+    if isinstance(value, (bool, np.bool_)) or not np.isscalar(value):
+        raise TypeError(message)
+    return float(value)
 
 
 def _as_bytes(stepids):

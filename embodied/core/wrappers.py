@@ -13,6 +13,8 @@ import numpy as np
 
 from . import base
 
+Wrapper = base.Wrapper  # The original also names it embodied.wrappers.Wrapper.
+
 
 class TimeLimit(base.Wrapper):
     """Ends episodes after `duration` steps (`is_last` without `is_terminal`).
@@ -478,6 +480,50 @@ class ResizeImage(base.Wrapper):
             self._weights[(size, outsize)] = overlap / overlap.sum(
                 1, keepdims=True)
         return self._weights[(size, outsize)]
+
+
+class BackwardReturn(base.Wrapper):
+    """Adds obs `bwreturn`: the rewards of the episode so far, each older
+    one discounted by `1 - 1 / horizon` per step."""
+
+    def __init__(self, env, horizon):
+        if not horizon >= 1:
+            raise ValueError(
+                f'BackwardReturn: horizon must be >= 1, got {horizon!r}.')
+        super().__init__(env)
+        self._discount = 1 - 1 / horizon
+        self._return = 0.0
+
+    @property
+    def obs_space(self):
+        return {**self.env.obs_space, 'bwreturn': elements.Space(np.float32)}
+
+    def step(self, action):
+        obs = dict(self.env.step(action))
+        if obs['is_first']:
+            self._return = 0.0
+        self._return = self._return * self._discount + float(obs['reward'])
+        obs['bwreturn'] = np.float32(self._return)
+        return obs
+
+
+class AddObs(base.Wrapper):
+    """Adds obs `key` with the same `value` at every step, of `space`."""
+
+    def __init__(self, env, key, value, space):
+        if key in env.obs_space:
+            raise ValueError(f'AddObs: the env already has obs {key!r}.')
+        super().__init__(env)
+        self._key = key
+        self._value = value
+        self._space = space
+
+    @property
+    def obs_space(self):
+        return {**self.env.obs_space, self._key: self._space}
+
+    def step(self, action):
+        return {**self.env.step(action), self._key: self._value}
 
 
 class RestartOnException(base.Wrapper):

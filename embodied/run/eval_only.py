@@ -7,6 +7,7 @@ import elements
 
 import embodied
 from embodied.core import checkpoint as cplib
+from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import saving
 from embodied.run import stopping
@@ -19,6 +20,7 @@ def eval_only(make_agent, make_env, make_logger, args):
     `run.from_checkpoint`, or from the agent checkpoint of `args.logdir`.
     The step count is saved under ckpt/eval so a rerun continues it, without
     touching the training checkpoints of the same logdir."""
+    args = arguments.with_defaults(args)
     agent = make_agent()
     logger = make_logger()
 

@@ -6,6 +6,7 @@ from functools import partial as bind
 import elements
 
 import embodied
+from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import learning
 from embodied.run import saving
@@ -19,6 +20,7 @@ def train_eval(
     """Like `train`, and every `args.report_every` seconds runs
     `args.eval_eps` episodes in `args.eval_envs` eval envs (policy mode
     'eval'), whose data goes to the eval replay and `eval_episode/` metrics."""
+    args = arguments.with_defaults(args)
     agent = make_agent()
     replay_train = make_replay_train()
     replay_eval = make_replay_eval()

@@ -1,24 +1,12 @@
-"""What the roles of the parallel runner share: the `args` keys it adds
-(with defaults), factories sent to worker processes as bytes, and clients of
+"""What the roles of the parallel runner share: `args` with defaults for
+the keys it lacks, factories sent to worker processes as bytes, and clients of
 other roles with a bounded connect."""
 
 import cloudpickle
-import elements
 import portal
 
 from embodied import rpc
-
-# Keys this runner reads beyond the original's `args`, with their defaults.
-DEFAULTS = dict(
-    envs_per_worker=1,      # envs stepped by one env worker process
-    env_restarts=10,        # restarts of a crashed env worker
-    wait_report=30,         # seconds before a wait is reported
-    connect_timeout=120,    # seconds to reach another role
-    actor_flush=0.02,       # seconds before a partial policy batch runs
-    save_keep=3,            # checkpoints kept per role
-    drain_timeout=30,       # seconds a save waits for transitions in flight
-    shared_batches=True,    # train batches through /dev/shm on one machine
-)
+from embodied.run import arguments
 
 STOP_KEY = '__stop__'       # in an act reply: the env worker should exit
 
@@ -32,11 +20,8 @@ def connect(args, role, name, **kwargs):
 
 
 def complete(args):
-    """`args` with defaults for the keys this runner adds."""
-    missing = {k: v for k, v in DEFAULTS.items() if k not in args}
-    if not missing:
-        return args
-    return elements.Config({**missing, **args})
+    """`args` with defaults for the keys it lacks (`arguments.with_defaults`)."""
+    return arguments.with_defaults(args)
 
 
 def prefix(metrics, name):

@@ -1,0 +1,52 @@
+"""The `args` every runner receives: the `run` config block plus a few globals.
+
+The original's main.py builds `args` from its own `run` block, which lacks
+the keys this package adds (`run.from_checkpoint_regex`, `run.envs_per_worker`,
+`run.connect_timeout`, ...). Every runner entry point passes its `args`
+through `with_defaults`, so an `args` built the original's way works
+unchanged: what it lacks comes from the `defaults` block of
+`configs/defaults.yaml`, and what it holds is kept.
+"""
+
+import functools
+
+import elements
+
+from embodied import config as configlib
+
+# Top-level config keys that `args` carries next to the `run` block; the
+# original passes all of them except `seed`. `logdir` has no default.
+GLOBALS = (
+    'replica', 'replicas', 'logdir', 'seed', 'batch_size', 'batch_length',
+    'report_length', 'consec_train', 'consec_report', 'replay_context')
+
+
+def from_config(config):
+    """The `args` for the runners from a full config."""
+    return elements.Config(
+        **config.run, **{key: config[key] for key in GLOBALS})
+
+
+def with_defaults(args):
+    """`args` (an `elements.Config` or mapping) with every key a runner reads
+    and `args` lacks set to its default; nested keys such as `usage.gc` are
+    filled one by one. Keys already present are kept as given."""
+    args = args if isinstance(args, elements.Config) else elements.Config(args)
+    given = args.flat
+    missing = {k: v for k, v in defaults().items() if k not in given}
+    if not missing:
+        return args
+    return elements.Config({**given, **missing})
+
+
+@functools.cache
+def _defaults():
+    config = configlib.build([])
+    flat = dict(config.run.flat)
+    flat.update({k: config[k] for k in GLOBALS if k != 'logdir'})
+    return tuple(flat.items())
+
+
+def defaults():
+    """{flat key: default} of every `args` key that has a default."""
+    return dict(_defaults())
