@@ -118,7 +118,7 @@ def _args_reads(path):
 def test_every_key_a_runner_reads_has_a_default():
     methods = {'update', 'get', 'flat', 'items', 'keys', 'values'}
     args = arguments.with_defaults(original_args(config_for('/tmp/unused')))
-    runners = sorted((ROOT / 'embodied' / 'run').glob('*.py'))
+    runners = sorted((ROOT / 'embodied' / 'run').rglob('*.py'))
     assert len(runners) > 5
     unknown = {}
     for path in runners:
