@@ -133,59 +133,30 @@ def run(config):
     )
     args = make_args(config)
 
-    if config.script == 'train':
-        embodied.run.train(
-            bind(make_agent, config),
-            bind(make_replay, config, 'replay'),
-            bind(make_env, config),
-            bind(make_stream, config),
-            bind(make_logger, config),
-            args)
+    agent, env, stream, logger = (bind(make, config) for make in (
+        make_agent, make_env, make_stream, make_logger))
+    replay = bind(make_replay, config, 'replay')
+    replay_eval = bind(make_replay, config, 'replay_eval', 'eval')
 
+    if config.script == 'train':
+        embodied.run.train(agent, replay, env, stream, logger, args)
     elif config.script == 'train_eval':
         embodied.run.train_eval(
-            bind(make_agent, config),
-            bind(make_replay, config, 'replay'),
-            bind(make_replay, config, 'replay_eval', 'eval'),
-            bind(make_env, config),
-            bind(make_env, config),
-            bind(make_stream, config),
-            bind(make_logger, config),
-            args)
-
+            agent, replay, replay_eval, env, env, stream, logger, args)
     elif config.script == 'eval_only':
-        embodied.run.eval_only(
-            bind(make_agent, config),
-            bind(make_env, config),
-            bind(make_logger, config),
-            args)
-
+        embodied.run.eval_only(agent, env, logger, args)
     elif config.script == 'parallel':
         embodied.run.parallel.combined(
-            bind(make_agent, config),
-            bind(make_replay, config, 'replay'),
-            bind(make_replay, config, 'replay_eval', 'eval'),
-            bind(make_env, config),
-            bind(make_env, config),
-            bind(make_stream, config),
-            bind(make_logger, config),
-            args)
-
+            agent, replay, replay_eval, env, env, stream, logger, args)
     elif config.script == 'parallel_env':
         is_eval = config.replica >= args.envs
         embodied.run.parallel.parallel_env(
-            bind(make_env, config), config.replica, args, is_eval)
-
+            env, config.replica, args, is_eval)
     elif config.script == 'parallel_envs':
-        embodied.run.parallel.parallel_envs(
-            bind(make_env, config), bind(make_env, config), args)
-
+        embodied.run.parallel.parallel_envs(env, env, args)
     elif config.script == 'parallel_replay':
         embodied.run.parallel.parallel_replay(
-            bind(make_replay, config, 'replay'),
-            bind(make_replay, config, 'replay_eval', 'eval'),
-            bind(make_stream, config),
-            args)
+            replay, replay_eval, stream, args)
 
 
 def _init_process(timer_enabled):
