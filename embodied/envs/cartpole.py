@@ -6,6 +6,7 @@ import elements
 import numpy as np
 
 from embodied.core import base
+from embodied.envs import checks
 
 TASKS = ('balance',)
 
@@ -53,13 +54,8 @@ class CartPole(base.Env):
     """
 
     def __init__(self, task='balance', length=500, seed=None):
-        if task not in TASKS:
-            raise ValueError(
-                f"Unknown CartPole task '{task}': choose one of "
-                f"{', '.join(TASKS)}.")
-        if not isinstance(length, (int, np.integer)) or length < 1:
-            raise ValueError(
-                f'CartPole length must be a positive int, got {length!r}.')
+        checks.choice('CartPole', 'task', task, TASKS)
+        checks.positive_int('CartPole', 'length', length)
         self.task = task
         self.length = int(length)
         self._rng = np.random.default_rng(seed)

@@ -15,6 +15,7 @@ import elements
 import numpy as np
 
 from embodied.core import base
+from embodied.envs import checks
 
 TASKS = ('disc', 'cont')
 # How a failing Dummy fails: an exception in `step`, its process killed by
@@ -68,28 +69,20 @@ class Dummy(base.Env):
     def __init__(
             self, task, size=(64, 64), length=100, fail_after=0,
             fail_mode='raise'):
-        if fail_mode not in FAIL_MODES:
-            raise ValueError(
-                f"Unknown Dummy fail_mode '{fail_mode}': choose one of "
-                f"{', '.join(FAIL_MODES)}.")
+        checks.choice('Dummy', 'fail_mode', fail_mode, FAIL_MODES)
         if fail_after and fail_mode == 'init':
             raise RuntimeError('Dummy: failing in the constructor as asked '
                                '(fail_mode init).')
         self.fail_after = int(fail_after)
         self.fail_mode = fail_mode
-        if task not in TASKS:
-            raise ValueError(
-                f"Unknown Dummy task '{task}': choose one of "
-                f"{', '.join(TASKS)}.")
+        checks.choice('Dummy', 'task', task, TASKS)
         size = tuple(size)
         if len(size) != 2 or not all(
                 isinstance(s, (int, np.integer)) and s > 0 for s in size):
             raise ValueError(
                 f'Dummy size must be two positive ints (height, width), '
                 f'got {size}.')
-        if not isinstance(length, (int, np.integer)) or length < 1:
-            raise ValueError(
-                f'Dummy length must be a positive int, got {length!r}.')
+        checks.positive_int('Dummy', 'length', length)
         self.task = task
         self.size = tuple(int(s) for s in size)
         self.length = int(length)

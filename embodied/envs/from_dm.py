@@ -9,14 +9,12 @@ import difflib
 import elements
 import numpy as np
 
-from embodied.core import base
+from embodied.envs import adapter
 
-# Observation keys the adapter adds itself; an env key of the same name is
-# renamed to `obs_<name>`.
-RESERVED_OBS = ('reward', 'is_first', 'is_last', 'is_terminal')
+from embodied.envs.adapter import RESERVED_OBS
 
 
-class FromDM(base.Env):
+class FromDM(adapter.Adapter):
     """Wraps a `dm_env.Environment`, or loads `domain_task` from dm_control.
 
     A LAST time step with discount 0 is terminal (`is_terminal`); any other
@@ -57,22 +55,6 @@ class FromDM(base.Env):
             key: _convert(spec)
             for key, spec in act_spec.items()}
 
-    @property
-    def env(self):
-        """The wrapped dm_env environment."""
-        return self._env
-
-    @property
-    def obs_space(self):
-        return {
-            **self._obs_space,
-            **base.step_spaces(),
-        }
-
-    @property
-    def act_space(self):
-        return {**self._act_space, 'reset': elements.Space(bool)}
-
     def step(self, action):
         if action['reset'] or self._done:
             time_step = self._env.reset()
@@ -89,9 +71,6 @@ class FromDM(base.Env):
                 f'to render.')
         return physics.render(64, 64, camera_id=0)
 
-    def close(self):
-        self._env.close()
-
     def _obs(self, time_step):
         first = time_step.first()
         observation = time_step.observation
@@ -101,23 +80,17 @@ class FromDM(base.Env):
             name: np.asarray(observation[key]).astype(
                 self._obs_space[name].dtype)
             for key, name in self._obs_names.items()}
-        result.update(
-            reward=np.float32(
-                0.0 if first or time_step.reward is None
-                else time_step.reward),
-            is_first=np.bool_(first),
-            is_last=np.bool_(time_step.last()),
-            is_terminal=np.bool_(
-                time_step.last() and time_step.discount == 0))
+        reward = time_step.reward
+        result.update(adapter.step_values(
+            0.0 if first or reward is None else reward, first,
+            time_step.last(), time_step.last() and time_step.discount == 0))
         return result
 
     def _dm_action(self, action):
         result = {}
         for key, spec in self._act_spec.items():
             if key not in action:
-                raise KeyError(
-                    f"FromDM: action is missing key '{key}' "
-                    f"(got {sorted(action)}).")
+                raise self._missing_action(action, key)
             result[key] = np.asarray(action[key]).astype(spec.dtype).reshape(
                 spec.shape)
         return result if self._act_is_dict else result[self._act_key]

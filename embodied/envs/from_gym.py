@@ -8,14 +8,12 @@ becomes `a/b`); a flat space becomes the single key `obs_key` / `act_key`.
 import elements
 import numpy as np
 
-from embodied.core import base
+from embodied.envs import adapter
 
-# Observation keys the adapter adds itself; an env key of the same name is
-# renamed to `obs_<name>`.
-RESERVED_OBS = ('reward', 'is_first', 'is_last', 'is_terminal')
+from embodied.envs.adapter import RESERVED_OBS
 
 
-class FromGym(base.Env):
+class FromGym(adapter.Adapter):
     """Wraps a gymnasium env, given as an instance or a `gymnasium.make` id.
 
     `terminated` maps to `is_terminal` (and `is_last`), `truncated` to
@@ -59,22 +57,6 @@ class FromGym(base.Env):
             key: self._convert(key, space, 'action')
             for key, space in self._gym_act.items()}
 
-    @property
-    def env(self):
-        """The wrapped gymnasium env."""
-        return self._env
-
-    @property
-    def obs_space(self):
-        return {
-            **self._obs_space,
-            **base.step_spaces(),
-        }
-
-    @property
-    def act_space(self):
-        return {**self._act_space, 'reset': elements.Space(bool)}
-
     def step(self, action):
         if action['reset'] or self._done:
             obs, self.info = self._env.reset(seed=self._seed)
@@ -96,9 +78,6 @@ class FromGym(base.Env):
                 "render_mode='rgb_array'.")
         return np.asarray(image)
 
-    def close(self):
-        self._env.close()
-
     def _obs(self, obs, reward, is_first=False, is_last=False,
              is_terminal=False):
         flat = self._flatten_value(obs, self._obs_key, self._obs_is_dict)
@@ -107,20 +86,15 @@ class FromGym(base.Env):
             name = self._obs_names[key]
             result[name] = self._from_gym(
                 flat[key], space, self._obs_space[name].dtype)
-        result.update(
-            reward=np.float32(reward),
-            is_first=np.bool_(is_first),
-            is_last=np.bool_(is_last),
-            is_terminal=np.bool_(is_terminal))
+        result.update(adapter.step_values(
+            reward, is_first, is_last, is_terminal))
         return result
 
     def _gym_action(self, action):
         flat = {}
         for key, space in self._gym_act.items():
             if key not in action:
-                raise KeyError(
-                    f"FromGym: action is missing key '{key}' "
-                    f"(got {sorted(action)}).")
+                raise self._missing_action(action, key)
             flat[key] = self._to_gym(action[key], space)
         if not self._act_is_dict:
             return flat[self._act_key]
