@@ -31,10 +31,13 @@ class Adapter(base.Env):
     def close(self):
         self._env.close()
 
-    def _missing_action(self, action, key):
-        return KeyError(
-            f"{type(self).__name__}: action is missing key '{key}' "
-            f"(got {sorted(action)}).")
+    def _check_action(self, action):
+        """Raises a KeyError naming the first action key that is missing."""
+        for key in self._act_space:
+            if key not in action:
+                raise KeyError(
+                    f"{type(self).__name__}: action is missing key '{key}' "
+                    f"(got {sorted(action)}).")
 
 
 def step_values(reward, is_first, is_last, is_terminal):

@@ -87,12 +87,10 @@ class FromDM(adapter.Adapter):
         return result
 
     def _dm_action(self, action):
-        result = {}
-        for key, spec in self._act_spec.items():
-            if key not in action:
-                raise self._missing_action(action, key)
-            result[key] = np.asarray(action[key]).astype(spec.dtype).reshape(
-                spec.shape)
+        self._check_action(action)
+        result = {
+            key: np.asarray(action[key]).astype(spec.dtype).reshape(spec.shape)
+            for key, spec in self._act_spec.items()}
         return result if self._act_is_dict else result[self._act_key]
 
 

@@ -91,11 +91,9 @@ class FromGym(adapter.Adapter):
         return result
 
     def _gym_action(self, action):
-        flat = {}
-        for key, space in self._gym_act.items():
-            if key not in action:
-                raise self._missing_action(action, key)
-            flat[key] = self._to_gym(action[key], space)
+        self._check_action(action)
+        flat = {key: self._to_gym(action[key], space)
+                for key, space in self._gym_act.items()}
         if not self._act_is_dict:
             return flat[self._act_key]
         return _unflatten(flat)
