@@ -15,7 +15,9 @@ def env():
     result = dict(os.environ)
     result['JAX_PLATFORMS'] = 'cpu'
     result['PYTHONUNBUFFERED'] = '1'
-    result['PYTHONPATH'] = str(ROOT) + os.pathsep + result.get('PYTHONPATH', '')
+    # The tests folder too, for the scripts there (`original_main`).
+    result['PYTHONPATH'] = os.pathsep.join(
+        [str(ROOT), str(ROOT / 'tests'), result.get('PYTHONPATH', '')])
     return result
 
 

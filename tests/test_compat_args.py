@@ -16,14 +16,12 @@ import pytest
 import ruamel.yaml as yaml
 
 import embodied
-import embodied.rpc
 import launch
 from embodied import main as mainlib
 from embodied.run import arguments
 from original_main import ORIGINAL_GLOBALS, ORIGINAL_RUN_KEYS, original_args
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TESTS = pathlib.Path(__file__).resolve().parent
 
 FLAGS = (
     '--configs', 'debug', '--agent_impl', 'testing', '--task', 'dummy_disc',
@@ -222,48 +220,6 @@ def test_parallel_role_passes_args_through_with_defaults(role, monkeypatch):
     with pytest.raises(Entered):
         ROLES[role](embodied.run.parallel, args)
     assert seen and seen[0] == args
-
-
-def _launch(logdir, *flags, script, name):
-    return launch.Launch(
-        '--script', script, *FLAGS, '--logdir', logdir, *flags,
-        logfile=logdir.parent / f'{name}.log', module='original_main')
-
-
-def test_parallel_scripts_with_original_args(tmp_path, monkeypatch):
-    # PARALLEL ENTRY POINTS: combined, parallel_replay, parallel_envs and
-    # parallel_env started as separate commands, each with the original's
-    # args (tests/original_main.py).
-    monkeypatch.setenv('PYTHONPATH', str(TESTS))
-    logdir = tmp_path / 'run'
-    ports = embodied.rpc.addresses.free_ports(3)
-    flags = (
-        '--run.steps', '300', '--run.envs', '2', '--run.eval_envs', '1',
-        '--run.report_every', '2',
-        '--run.actor_addr', f'localhost:{ports[0]}',
-        '--run.replay_addr', f'localhost:{ports[1]}',
-        '--run.logger_addr', f'localhost:{ports[2]}')
-    runs = [
-        _launch(logdir, '--run.remote_envs', 'True', '--run.remote_replay',
-                'True', *flags, script='parallel', name='main'),
-        _launch(logdir, *flags, script='parallel_replay', name='replay'),
-        _launch(logdir, *flags, '--run.eval_envs', '0',
-                script='parallel_envs', name='envs'),
-        _launch(logdir, *flags, '--replica', '2', script='parallel_env',
-                name='eval_env'),
-    ]
-    try:
-        codes = [run.wait(timeout=240) for run in runs]
-    finally:
-        for run in runs:
-            run.kill()
-    outputs = [run.output() for run in runs]
-    for code, output in zip(codes, outputs):
-        assert code == 0, output[-4000:]
-        assert 'Traceback' not in output, output[-4000:]
-    assert 'Reached run.steps (300)' in outputs[0]
-    assert launch.saved_tags(logdir, 'replay')[-1] >= 300
-    assert launch.latest_value(logdir, 'parallel_replay/eval_inserts') > 0
 
 
 def test_original_clock_flags_are_known_keys():

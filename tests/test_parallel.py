@@ -4,6 +4,7 @@ The test agent fails the run when `count` arrives out of order in a policy
 input or a train/report batch, so every run here also checks data integrity.
 """
 
+import functools
 import os
 import re
 import signal
@@ -21,10 +22,10 @@ COMMON = (
     '--replay.size', '3000', '--logger.outputs', 'jsonl')
 
 
-def start(logdir, *flags, script='parallel', name='run'):
+def start(logdir, *flags, script='parallel', name='run', module=MODULE):
     return launch.Launch(
         '--script', script, *COMMON, '--logdir', logdir, *flags,
-        logfile=logdir.parent / f'{name}.log', module=MODULE)
+        logfile=logdir.parent / f'{name}.log', module=module)
 
 
 class Tree:
@@ -194,7 +195,10 @@ def test_sigterm_saves_exits_and_resumes(tmp_path):
     assert launch.saved_tags(logdir, 'logger')[-1] >= saved + 200
 
 
-def test_remote_envs_and_replay_started_as_separate_commands(tmp_path):
+@pytest.mark.parametrize('module', [MODULE, 'original_main'])
+def test_remote_envs_and_replay_started_as_separate_commands(tmp_path, module):
+    """Each role as its own command; with `original_main`, every command
+    gets exactly the original's `args` keys (the keys we add default)."""
     logdir = tmp_path / 'run'
     actor, replay, logger = launch_ports(3)
     flags = ('--run.steps', '300', '--run.envs', '2', '--run.eval_envs', '1',
@@ -202,15 +206,15 @@ def test_remote_envs_and_replay_started_as_separate_commands(tmp_path):
              '--run.actor_addr', f'localhost:{actor}',
              '--run.replay_addr', f'localhost:{replay}',
              '--run.logger_addr', f'localhost:{logger}')
+    run = functools.partial(start, logdir, module=module)
     runs = [
-        start(logdir, '--run.remote_envs', 'True', '--run.remote_replay',
-              'True', *flags, name='main'),
-        start(logdir, *flags, script='parallel_replay', name='replay'),
+        run('--run.remote_envs', 'True', '--run.remote_replay', 'True',
+            *flags, name='main'),
+        run(*flags, script='parallel_replay', name='replay'),
         # The train envs in one command, the eval env (id 2) in another.
-        start(logdir, *flags, '--run.eval_envs', '0',
-              script='parallel_envs', name='envs'),
-        start(logdir, *flags, '--replica', '2', script='parallel_env',
-              name='eval_env'),
+        run(*flags, '--run.eval_envs', '0', script='parallel_envs',
+            name='envs'),
+        run(*flags, '--replica', '2', script='parallel_env', name='eval_env'),
     ]
     outputs = finish_all(runs)
     assert 'Reached run.steps (300)' in outputs[0]
