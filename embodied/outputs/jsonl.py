@@ -39,7 +39,7 @@ class JSONLOutput(elements.logger.AsyncOutput):
         for step, name, value in summaries:
             if not self._pattern.search(name):
                 continue
-            if isinstance(value, np.ndarray) and value.ndim == 0:
+            if not isinstance(value, str) and np.ndim(value) == 0:
                 rows[step][name] = float(value)
         lines = ''.join(
             json.dumps({'step': step, 'time': round(times(step), 3), **row})
