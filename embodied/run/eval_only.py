@@ -8,6 +8,7 @@ import elements
 import embodied
 from embodied.core import checkpoint as cplib
 from embodied.run import episodes as episodeslib
+from embodied.run import progress
 from embodied.run import saving
 from embodied.run import stopping
 from embodied.run.train import should_stop, write_metrics
@@ -49,6 +50,7 @@ def eval_only(make_agent, make_env, make_logger, args):
 
     print('Start evaluation')
     start = time.monotonic()
+    eta = progress.Eta(args.steps, args.duration, int(step))
     policy = lambda *a: agent.policy(*a, mode='eval')
     driver.reset(agent.init_policy)
     try:
@@ -56,6 +58,7 @@ def eval_only(make_agent, make_env, make_logger, args):
             while not should_stop(step, start, stop, args):
                 driver(policy, steps=10)
                 if should_log(step):
+                    print(f'[Progress] {eta.line(step)}', flush=True)
                     write_metrics(
                         logger, usage, policy_fps, {'epstats': stats})
                 if should_save(step):
@@ -63,6 +66,8 @@ def eval_only(make_agent, make_env, make_logger, args):
             cp.save(int(step))
             logger.add(stats.result(), prefix='epstats')
             logger.write()
+            print(f'[Summary] {eta.summary(step, stats.recent_score())}',
+                  flush=True)
     finally:
         driver.close()
         logger.close()
