@@ -39,12 +39,18 @@ def write(path, frames, fps):
         f.write(data)
 
 
-def _images(frames):
+def pillow():
+    """PIL.Image, or an ImportError that names the extra to install."""
     try:
         from PIL import Image
     except ImportError:
         raise ImportError(
             "Writing GIFs needs pillow: pip install 'embodied[video]'") from None
+    return Image
+
+
+def _images(frames):
+    Image = pillow()
     if frames.shape[-1] == 1:
         return [Image.fromarray(frame[..., 0], 'L') for frame in frames]
     return [Image.fromarray(frame[..., :3], 'RGB') for frame in frames]

@@ -11,6 +11,7 @@ from embodied.run import episodes as episodeslib
 from embodied.run import progress
 from embodied.run import saving
 from embodied.run import stopping
+from embodied.run import videos
 from embodied.run.train import should_stop, write_metrics
 
 
@@ -18,6 +19,8 @@ def eval_only(make_agent, make_env, make_logger, args):
     """Steps `args.envs` envs with the agent's policy in 'eval' mode until
     `args.steps` env steps, logging episode statistics. The agent comes from
     `run.from_checkpoint`, or from the agent checkpoint of `args.logdir`.
+    With `run.eval_video` N > 0, the image observations of the first N
+    finished episodes are saved as GIFs in `logdir/videos`.
     The step count is saved under ckpt/eval so a rerun continues it, without
     touching the training checkpoints of the same logdir."""
     agent = make_agent()
@@ -47,6 +50,9 @@ def eval_only(make_agent, make_env, make_logger, args):
     driver.on_step(lambda tran, _: step.increment())
     driver.on_step(lambda tran, _: policy_fps.step())
     driver.on_step(stats.add)
+    if args.get('eval_video', 0) > 0:
+        driver.on_step(videos.EpisodeVideos(
+            elements.Path(args.logdir) / 'videos', args.eval_video, step).add)
 
     print('Start evaluation')
     start = time.monotonic()
