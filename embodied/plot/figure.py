@@ -38,15 +38,17 @@ def draw(runs, outdir, name='curves', bins=30, spread='std', episodes=False,
         1, len(axes), figsize=(5 * len(axes), 3.6), squeeze=False)
     for (attr, text), ax in zip(axes, panels[0]):
         scale, unit = (1, '') if attr == 'steps' else _time_unit(runs)
+        limit = max(np.nanmax(getattr(run, attr), initial=0) for run in runs)
         for index, label in enumerate(labels):
             group = [run for run in runs if run.label == label]
             color = COLORS[index % len(COLORS)]
-            ends, table = runslib.binned(group, attr, bins)
+            ends, table = runslib.binned(group, attr, bins, limit)
             mean, lo, hi = runslib.spread(table, spread)
             keep = np.isfinite(mean)
             xs = ends / scale
             legend = f'{label} ({len(group)} runs)' if len(group) > 1 else label
-            ax.plot(xs[keep], mean[keep], color=color, label=legend, lw=1.5)
+            ax.plot(xs[keep], mean[keep], color=color, label=legend, lw=1.5,
+                    marker='o', ms=2.5)
             if len(group) > 1:
                 ax.fill_between(xs[keep], lo[keep], hi[keep], color=color,
                                 alpha=0.2, lw=0)
