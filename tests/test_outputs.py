@@ -95,20 +95,23 @@ def test_missing_tensorboardx_names_the_extra(tmp_path, monkeypatch):
         outputs.TensorBoardOutput(tmp_path)
 
 
-def test_train_writes_tensorboard_and_timed_scores(tmp_path):
+@pytest.mark.parametrize('script', ['train', 'parallel'])
+def test_run_writes_tensorboard_and_timed_scores(tmp_path, script):
     """A real run with both outputs on dummy_disc (an `image` obs): the
     event file holds the episode scores of scores.jsonl at the same steps,
     and the episodes of env 0 as GIFs of length + 1 frames."""
     logdir = tmp_path / 'run'
     length = 20
     result = launch.run(
-        '--script', 'train', '--configs', 'debug', '--agent_impl', 'testing',
+        '--script', script, '--configs', 'debug', '--agent_impl', 'testing',
         '--task', 'dummy_disc', '--env.dummy.length', length,
         '--env.dummy.size', 16, 16, '--run.envs', 2, '--run.steps', 200,
-        '--run.log_every', -1, '--logger.outputs', 'jsonl', 'tensorboard',
+        '--run.log_every', -1 if script == 'train' else 1,
+        '--logger.outputs', 'jsonl', 'tensorboard',
         '--logdir', logdir)
     assert result.returncode == 0, result.stdout[-3000:]
-    scores = launch.metrics(logdir, 'scores.jsonl')
+    scores = [row for row in launch.metrics(logdir, 'scores.jsonl')
+              if 'episode/score' in row]  # Not eval_episode/score.
     assert len(scores) >= 8
     times = [row['time'] for row in scores]
     assert times == sorted(times) and times[0] > 0
