@@ -14,7 +14,7 @@ from . import envs  # noqa: F401
 from . import outputs  # noqa: F401
 from . import run  # noqa: F401
 
-_LAZY = ('jax', 'agents', 'perf')
+_LAZY = ('jax', 'agents', 'perf', 'plot')
 
 
 def __getattr__(name):

@@ -58,6 +58,22 @@ def test_jsonl_times_interpolated_by_step_between_writes(tmp_path, monkeypatch):
         {'step': 40, 'time': 30.0, 'episode/score': 4.0}]
 
 
+def test_jsonl_time_continues_after_a_resume(tmp_path, monkeypatch):
+    (tmp_path / 'metrics.jsonl').write_text(
+        '{"step": 100, "time": 50.0, "a": 1.0}\n'
+        '{"step": 120, "b": 2.0}\n'          # no time: not an anchor
+        '{"step": 130, "time": 60.0, "a": 1')  # cut short by a crash
+    clock = iter([0.0, 20.0])
+    monkeypatch.setattr(jsonl.time, 'monotonic', lambda: next(clock))
+    output = outputs.JSONLOutput(tmp_path, parallel=False)
+    output([(110, 'a', np.float64(3.0)), (120, 'a', np.float64(4.0))])
+    rows = [json.loads(line) for line in
+            (tmp_path / 'metrics.jsonl').read_text().splitlines()[-2:]]
+    # From (step 100, 50 s) of the last launch to (120, 50 + 20 s).
+    assert rows == [{'step': 110, 'time': 60.0, 'a': 3.0},
+                    {'step': 120, 'time': 70.0, 'a': 4.0}]
+
+
 def test_tensorboard_output_scalars_images_and_video(tmp_path):
     step = elements.Counter()
     logger = elements.Logger(step, [outputs.TensorBoardOutput(tmp_path, fps=10)])

@@ -28,19 +28,18 @@ def linear_run(folder, slope, episodes=40, every=100, seconds=2.0):
         for i in range(episodes)])
 
 
-def test_load_skips_partial_lines_and_chains_resumed_time(tmp_path):
+def test_load_skips_other_rows_and_partial_lines(tmp_path):
     folder = write_run(tmp_path / 'run', [
         {'step': 10, 'time': 5.0, 'episode/score': 1.0},
         {'step': 20, 'time': 9.0, 'episode/score': 2.0},
-        {'step': 25, 'time': 9.5, 'other': 7.0},
-        {'step': 30, 'time': 1.0, 'episode/score': 3.0},   # resumed launch
-        {'step': 40, 'time': 4.0, 'episode/score': 4.0}])
+        {'step': 25, 'time': 9.5, 'eval_episode/score': 7.0},
+        {'step': 30, 'time': 10.0, 'episode/score': 3.0}])
     with open(folder / 'scores.jsonl', 'a') as f:
         f.write('{"step": 50, "time": 6.0, "episode/sc')  # still being written
     run = plot.load(folder)
-    assert run.steps.tolist() == [10, 20, 30, 40]
-    assert run.values.tolist() == [1, 2, 3, 4]
-    assert run.times.tolist() == [5.0, 9.0, 10.0, 13.0]
+    assert run.steps.tolist() == [10, 20, 30]
+    assert run.values.tolist() == [1, 2, 3]
+    assert run.times.tolist() == [5.0, 9.0, 10.0]
     assert run.label == tmp_path.name  # the parent folder
 
 

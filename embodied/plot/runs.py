@@ -53,11 +53,9 @@ def label_for(path, pattern=None):
 
 def load(path, key='episode/score', label=None, filename=SCORES):
     """Reads one run. A line cut short by a writer still at work is
-    skipped; `time` restarting at 0 (a resumed run) continues from the
-    previous launch's last time."""
+    skipped."""
     path = pathlib.Path(path)
     steps, times, values = [], [], []
-    offset, last = 0.0, 0.0
     with open(path / filename) as f:
         for line in f:
             try:
@@ -66,15 +64,9 @@ def load(path, key='episode/score', label=None, filename=SCORES):
                 continue
             if key not in row:
                 continue
-            seconds = row.get('time')
-            if seconds is None:
-                seconds = np.nan
-            elif seconds + offset < last:
-                offset = last
             steps.append(row['step'])
-            times.append(seconds + offset)
+            times.append(row.get('time', np.nan))
             values.append(row[key])
-            last = max(last, times[-1]) if np.isfinite(times[-1]) else last
     if not steps:
         raise ValueError(f"No '{key}' in {path / filename}.")
     return Run(path, label or label_for(path), np.asarray(steps, float),
