@@ -82,7 +82,7 @@ def binned(runs, axis, bins, limit=None):
     edges = np.linspace(0, limit, bins + 1)
     table = np.full((len(runs), bins), np.nan)
     for i, (x, run) in enumerate(zip(xs, runs)):
-        keep = np.isfinite(x)
+        keep = np.isfinite(x) & np.isfinite(run.values)
         index = np.clip(np.searchsorted(edges, x[keep], 'left') - 1, 0, bins - 1)
         sums = np.bincount(index, run.values[keep], bins)
         counts = np.bincount(index, None, bins)
