@@ -28,13 +28,16 @@ def main(argv=None):
                         help='also draw each episode as a faint dot')
     parser.add_argument('--hline', type=float, default=None,
                         help='a dashed reference line at this score')
+    parser.add_argument('--ymax', type=float, default=None,
+                        help='top of the score axis')
     parser.add_argument('--title', default=None)
     args = parser.parse_args(argv)
     try:
         paths = plot.plot(
             args.logdirs, args.outdir, args.name, args.key, args.label,
             bins=args.bins, spread=args.spread, episodes=args.episodes,
-            hline=args.hline, title=args.title, ylabel=args.key)
+            hline=args.hline, ymax=args.ymax, title=args.title,
+            ylabel=args.key)
     except (FileNotFoundError, ValueError, ImportError) as e:
         print(f'error: {e}', file=sys.stderr)
         return 2

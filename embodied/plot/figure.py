@@ -25,7 +25,7 @@ def pyplot():
 
 
 def draw(runs, outdir, name='curves', bins=30, spread='std', episodes=False,
-         ylabel='episode score', title=None, hline=None):
+         ylabel='episode score', title=None, hline=None, ymax=None):
     """Draws score against env steps and against wall time, one curve per
     label (mean over its runs, shaded spread), and writes `name.png` and
     `name.svg` into `outdir`. The wall-time panel is left out when no run
@@ -62,6 +62,8 @@ def draw(runs, outdir, name='curves', bins=30, spread='std', episodes=False,
         ax.set_ylabel(ylabel)
         ax.grid(color='#eeeeee')
         ax.set_xlim(left=0)
+        if ymax is not None:
+            ax.set_ylim(top=ymax)
     panels[0][0].legend(loc='best', fontsize=8, frameon=False)
     if title:
         fig.suptitle(title)
