@@ -264,7 +264,8 @@ def make_logger(config):
     outputs = [elements.logger.TerminalOutput(config.logger.filter, 'Agent')]
     for output in config.logger.outputs:
         if output == 'jsonl':
-            outputs.append(embodied.outputs.JSONLOutput(logdir, 'metrics.jsonl'))
+            outputs.append(embodied.outputs.JSONLOutput(
+                logdir, 'metrics.jsonl'))
             outputs.append(embodied.outputs.JSONLOutput(
                 logdir, 'scores.jsonl', 'episode/score'))
         elif output == 'tensorboard':
