@@ -11,9 +11,10 @@ __version__ = '0.1.0'
 
 from .core import *  # noqa: F401,F403
 from . import envs  # noqa: F401
+from . import outputs  # noqa: F401
 from . import run  # noqa: F401
 
-_LAZY = ('jax', 'agents', 'perf')
+_LAZY = ('jax', 'agents', 'perf', 'plot')
 
 
 def __getattr__(name):

@@ -224,11 +224,12 @@ def make_logger(config):
     outputs = [elements.logger.TerminalOutput(config.logger.filter, 'Agent')]
     for output in config.logger.outputs:
         if output == 'jsonl':
-            outputs.append(elements.logger.JSONLOutput(logdir, 'metrics.jsonl'))
-            outputs.append(elements.logger.JSONLOutput(
+            outputs.append(embodied.outputs.JSONLOutput(
+                logdir, 'metrics.jsonl'))
+            outputs.append(embodied.outputs.JSONLOutput(
                 logdir, 'scores.jsonl', 'episode/score'))
         elif output == 'tensorboard':
-            outputs.append(elements.logger.TensorBoardOutput(
+            outputs.append(embodied.outputs.TensorBoardOutput(
                 logdir, config.logger.fps))
         elif output == 'wandb':
             name = '/'.join(logdir.split('/')[-4:])

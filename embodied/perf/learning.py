@@ -7,8 +7,10 @@ Launches `embodied.main --configs cartpole` (extra flags after `--` are passed
 on), follows the run's `scores.jsonl` and `metrics.jsonl` as they grow, and
 prints the score (mean of the last 20 episodes) against env steps and wall time
 (compilation included), with train and env steps per second. At the end it
-writes `learning.json` and `learning.png` into the logdir. `--analyze` redoes
-the summary from a finished benchmark's `learning.json`.
+writes `learning.json` and the curves (`embodied.plot`: `learning.png` and
+`learning.svg`, score against env steps and wall time) into the logdir.
+`--analyze` redoes the summary and the curves from a finished benchmark's
+`learning.json` and the `scores.jsonl` beside it.
 """
 
 import argparse
@@ -20,8 +22,6 @@ import sys
 import time
 
 import numpy as np
-
-from . import png
 
 WINDOW = 20
 TARGET = 400
@@ -42,16 +42,15 @@ def main(argv=None):
     if args.analyze:
         path = pathlib.Path(args.analyze)
         record = json.loads(path.read_text())
-        plot(record, path.parent)
+        plot(path.parent)
         summarize(record)
         return
     logdir = pathlib.Path(args.logdir or f'/tmp/embodied-learning-{int(time.time())}')
     record = run(logdir, args, extra)
     (logdir / 'learning.json').write_text(json.dumps(record))
-    plot(record, logdir)
+    plot(logdir)
     summarize(record)
-    print(f'Wrote learning.json, learning.png and learning_steps.png to '
-          f'{logdir}.')
+    print(f'Wrote learning.json to {logdir}.')
 
 
 def run(logdir, args, extra):
@@ -173,24 +172,17 @@ def summarize(record):
               f'({int(u1)} updates).')
 
 
-def plot(record, folder):
-    """learning.png: score against wall minutes; learning_steps.png: against
-    thousands of env steps. Light: episodes; dark: mean of the last 20."""
-    episodes = record['episodes']
-    if not episodes:
+def plot(logdir):
+    """learning.png and learning.svg in the logdir: score against env steps
+    and wall time (line: mean per bin, dots: episodes, dashed: target)."""
+    from embodied import plot as plotlib
+    try:
+        paths = plotlib.plot(
+            [logdir], name='learning', episodes=True, hline=TARGET)
+    except (ImportError, FileNotFoundError, ValueError) as e:
+        print(f'No curves drawn: {e}')
         return
-    folder = pathlib.Path(folder)
-    scores = [e[2] for e in episodes]
-    smooth = window_scores(episodes)
-    for name, xs, label in (
-            ('learning.png', episode_times(episodes) / 60, 'wall minutes'),
-            ('learning_steps.png', np.array([e[1] for e in episodes]) / 1000,
-             'env steps k')):
-        png.line_chart(
-            str(folder / name),
-            [(xs, scores, (170, 200, 240)), (xs, smooth, (20, 60, 200)),
-             ([0, max(xs)], [TARGET, TARGET], (220, 60, 60))],
-            xlabel=label, ylabel='score', ymax=500)
+    print('Wrote', ', '.join(str(p) for p in paths))
 
 
 if __name__ == '__main__':

@@ -14,14 +14,16 @@ class EpisodeStats:
         stats = EpisodeStats(logger)
         driver.on_step(stats.add)      # add(tran, worker)
         logger.add(stats.result(), prefix='epstats')
+        stats.recent_score()           # mean score of the latest episodes
     """
 
-    def __init__(self, logger, prefix='episode', video_worker=0):
+    def __init__(self, logger, prefix='episode', video_worker=0, recent=20):
         self.logger = logger
         self.prefix = prefix
         self.video_worker = video_worker
         self.episodes = {}
         self.epstats = elements.Agg()
+        self.scores = collections.deque(maxlen=recent)
 
     def add(self, tran, worker=0):
         if tran['is_first'] or worker not in self.episodes:
@@ -48,11 +50,19 @@ class EpisodeStats:
     def result(self):
         return self.epstats.result()
 
+    def recent_score(self):
+        """The mean score of the latest `recent` finished episodes (NaN
+        scores left out), or NaN before any."""
+        kept = [x for x in self.scores if not np.isnan(x)]
+        return float(np.mean(kept)) if kept else float('nan')
+
     def _finish(self, worker):
         episode = self.episodes.pop(worker)
         rewards = np.asarray(episode.rewards, np.float64)
+        score = _nansum(rewards)
+        self.scores.append(float(score))
         self.logger.add({
-            'score': _nansum(rewards),
+            'score': score,
             'length': np.float64(len(rewards) - 1),
         }, prefix=self.prefix)
         result = {}

@@ -9,6 +9,7 @@ import embodied
 from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import learning
+from embodied.run import progress
 from embodied.run import saving
 from embodied.run import stopping
 from embodied.run import timing
@@ -50,6 +51,7 @@ def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
 
     print('Start training loop')
     start = time.monotonic()
+    eta = progress.Eta(args.steps, args.duration, int(step))
     policy = lambda *a: agent.policy(*a, mode='train')
     driver.reset(agent.init_policy)
     try:
@@ -61,6 +63,7 @@ def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
                     logger.add(trainer.report(), prefix='report')
 
                 if should_log(step):
+                    print(f'[Progress] {eta.line(step)}', flush=True)
                     write_metrics(
                         logger, usage, policy_fps, {'epstats': stats},
                         {'replay': replay}, trainer)
@@ -71,6 +74,8 @@ def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
             cp.save(int(step))
             logger.add(trainer.metrics())
             logger.write()
+            print(f'[Summary] {eta.summary(step, stats.recent_score())}',
+                  flush=True)
     finally:
         driver.close()
         logger.close()

@@ -9,6 +9,7 @@ import embodied
 from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import learning
+from embodied.run import progress
 from embodied.run import saving
 from embodied.run import stopping
 from embodied.run.train import restore, should_stop, write_metrics
@@ -63,6 +64,7 @@ def train_eval(
 
     print('Start training loop')
     start = time.monotonic()
+    eta = progress.Eta(args.steps, args.duration, int(step))
     train_policy = lambda *a: agent.policy(*a, mode='train')
     eval_policy = lambda *a: agent.policy(*a, mode='eval')
     train_driver.reset(agent.init_policy)
@@ -85,6 +87,7 @@ def train_eval(
                 train_driver(train_policy, steps=10)
 
                 if should_log(step):
+                    print(f'[Progress] {eta.line(step)}', flush=True)
                     write_metrics(
                         logger, usage, policy_fps, {'epstats': train_stats},
                         {'replay': replay_train, 'replay_eval': replay_eval},
@@ -96,6 +99,8 @@ def train_eval(
             cp.save(int(step))
             logger.add(trainer.metrics())
             logger.write()
+            print(f'[Summary] {eta.summary(step, train_stats.recent_score())}',
+                  flush=True)
     finally:
         train_driver.close()
         eval_driver.close()

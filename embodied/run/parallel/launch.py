@@ -342,7 +342,8 @@ class _Launch:
         self._save(final=True)
         self._print_progress(step)
         summary = self.progress.summary(
-            self._call('actor', 'status'), self.envs.restarts)
+            self._call('actor', 'status'), self.envs.restarts,
+            score=self._call('logger', 'status')['score'])
         print(f'[Summary] {summary}', flush=True)
         self.may_exit = [w.name for w in self.group.workers]
         self._call('actor', 'stop_envs')

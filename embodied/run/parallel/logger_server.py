@@ -82,7 +82,10 @@ def parallel_logger(make_logger, args):
                         parallel.add('ep_abandoned', 1, agg='sum')
 
     def status():
-        return {'step': int(step), 'env_steps': counts['env_steps']}
+        with lock:  # `tran` adds scores meanwhile.
+            score = episodes[False].recent_score()
+        return {'step': int(step), 'env_steps': counts['env_steps'],
+                'score': score}
 
     def save(tag):
         with lock:

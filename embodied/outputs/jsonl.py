@@ -1,0 +1,97 @@
+"""JSONL metrics with a wall-time column."""
+
+import collections
+import json
+import os
+import re
+import time
+
+import elements
+import numpy as np
+
+
+class JSONLOutput(elements.logger.AsyncOutput):
+    """Appends one JSON line per step with the scalars logged at that step,
+    like elements' JSONLOutput, and a `time` column: wall seconds the run
+    has been going, summed over its launches (a resumed run continues from
+    the last `time` in the file).
+
+    The logger writes in bursts (every `run.log_every`), so the lines of one
+    write get times interpolated by step between the previous write (at
+    first: the file's last line, or step 0 at time 0) and this one, whose
+    largest step (the logger's step when it wrote) gets the time of the
+    write.
+    """
+
+    def __init__(self, logdir, filename='metrics.jsonl', pattern=r'.*',
+                 parallel=True):
+        super().__init__(self._write, parallel)
+        self._pattern = re.compile(pattern)
+        logdir = elements.Path(logdir)
+        logdir.mkdir()
+        self._filename = logdir / filename
+        self._start = time.monotonic()
+        # (step, seconds) of the previous write.
+        self._anchor = _last_step_and_time(str(self._filename))
+        self._base = self._anchor[1]
+        # A line cut short by a crash is ended, not continued.
+        self._newline = _ends_mid_line(str(self._filename))
+
+    def _write(self, summaries):
+        now = self._base + time.monotonic() - self._start
+        latest = max(step for step, _, _ in summaries)
+        times = self._times(latest, now)
+        rows = collections.defaultdict(dict)
+        for step, name, value in summaries:
+            if not self._pattern.search(name):
+                continue
+            if not isinstance(value, str) and np.ndim(value) == 0:
+                rows[step][name] = float(value)
+        lines = ''.join(
+            json.dumps({'step': step, 'time': round(times(step), 3), **row})
+            + '\n' for step, row in rows.items())
+        if lines:
+            if self._newline:
+                lines, self._newline = '\n' + lines, False
+            with self._filename.open('a') as f:
+                f.write(lines)
+
+    def _times(self, latest, now):
+        """Maps a step of this write to its estimated time."""
+        last_step, last_time = self._anchor
+        self._anchor = (latest, now)
+        if latest <= last_step:
+            return lambda step: now
+        span = latest - last_step
+
+        def estimate(step):
+            fraction = min(1.0, max(0.0, (step - last_step) / span))
+            return last_time + fraction * (now - last_time)
+        return estimate
+
+
+def _last_step_and_time(path, tail=1 << 16):
+    """The `step` and `time` of the last complete line of a JSONL file that
+    has both, or (0, 0.0)."""
+    if not os.path.exists(path):
+        return 0, 0.0
+    with open(path, 'rb') as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - tail))
+        lines = f.read().split(b'\n')[:-1]  # The last one may be partial.
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and 'step' in row and 'time' in row:
+            return row['step'], float(row['time'])
+    return 0, 0.0
+
+
+def _ends_mid_line(path):
+    if not os.path.exists(path) or not os.path.getsize(path):
+        return False
+    with open(path, 'rb') as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b'\n'
