@@ -1,19 +1,15 @@
 """Runs a trained agent in the envs without training."""
 
-import time
-from functools import partial as bind
-
 import elements
 
-import embodied
 from embodied.core import checkpoint as cplib
 from embodied.run import arguments
 from embodied.run import episodes as episodeslib
-from embodied.run import progress
+from embodied.run import loop as looplib
 from embodied.run import saving
 from embodied.run import stopping
 from embodied.run import videos
-from embodied.run.train import should_stop, write_metrics
+from embodied.run.wiring import prefix
 
 
 def eval_only(make_agent, make_env, make_logger, args):
@@ -28,12 +24,9 @@ def eval_only(make_agent, make_env, make_logger, args):
     agent = make_agent()
     logger = make_logger()
 
-    step = logger.step
-    usage = elements.Usage(**args.usage)
+    loop = looplib.Loop(args, logger)
+    step = loop.step
     stats = episodeslib.EpisodeStats(logger)
-    policy_fps = elements.FPS()
-    should_log = embodied.LocalClock(args.log_every)
-    should_save = embodied.LocalClock(args.save_every)
 
     source = args.from_checkpoint or args.logdir
     if not args.from_checkpoint and not saving.directory(
@@ -47,35 +40,23 @@ def eval_only(make_agent, make_env, make_logger, args):
     cp.step = step
     cp.load_or_save()
 
-    fns = [bind(make_env, i) for i in range(args.envs)]
-    driver = embodied.Driver(fns, parallel=not args.debug)
-    driver.on_step(lambda tran, _: step.increment())
-    driver.on_step(lambda tran, _: policy_fps.step())
-    driver.on_step(stats.add)
+    driver = loop.driver(make_env, range(args.envs), stats.add)
     if args.eval_video > 0:
         driver.on_step(videos.EpisodeVideos(
             elements.Path(args.logdir) / 'videos', args.eval_video, step).add)
 
-    print('Start evaluation')
-    start = time.monotonic()
-    eta = progress.Eta(args.steps, args.duration, int(step))
+    loop.begin('Start evaluation')
     policy = lambda *a: agent.policy(*a, mode='eval')
     driver.reset(agent.init_policy)
     try:
-        with stopping.StopSignal() as stop:
-            while not should_stop(step, start, stop, args):
+        with stopping.StopSignal() as signal:
+            while not loop.should_stop(signal):
                 driver(policy, steps=10)
-                if should_log(step):
-                    print(f'[Progress] {eta.line(step)}', flush=True)
-                    write_metrics(
-                        logger, usage, policy_fps, {'epstats': stats})
-                if should_save(step):
+                if loop.should_log(step):
+                    loop.write_metrics({'epstats': stats})
+                if loop.should_save(step):
                     cp.save(int(step))
-            cp.save(int(step))
-            logger.add(stats.result(), prefix='epstats')
-            logger.write()
-            print(f'[Summary] {eta.summary(step, stats.recent_score())}',
-                  flush=True)
+            loop.finish(cp, stats, prefix(stats.result(), 'epstats'))
     finally:
         driver.close()
         logger.close()

@@ -1,0 +1,107 @@
+"""What the single-process scripts (train, train_eval, eval_only) share:
+the step and its clocks, env drivers, metrics, the stop rule, the end."""
+
+import time
+from functools import partial as bind
+
+import elements
+
+import embodied
+from embodied.run import progress
+from embodied.run import saving
+from embodied.run import timing
+
+
+class Loop:
+    """The state around a single-process run's loop.
+
+        loop = Loop(args, logger)
+        driver = loop.driver(make_env, range(args.envs), replay.add, ...)
+        while not loop.should_stop(stop):
+            driver(policy, steps=10)
+            if loop.should_log(loop.step):
+                loop.write_metrics({'epstats': stats}, {'replay': replay})
+            if loop.should_save(loop.step):
+                cp.save(int(loop.step))
+        loop.finish(cp, stats)
+    """
+
+    def __init__(self, args, logger):
+        self.args = args
+        self.logger = logger
+        self.step = logger.step
+        self.usage = elements.Usage(**args.usage)
+        self.policy_fps = elements.FPS()
+        self.should_log = embodied.LocalClock(args.log_every)
+        self.should_save = embodied.LocalClock(args.save_every)
+        self.start = None
+        self.eta = None
+
+    def driver(self, make_env, envids, *on_step, count=True):
+        """A driver of the envs `make_env(envid)`; each step goes to
+        `on_step` and, with `count`, increments the step."""
+        fns = [bind(make_env, i) for i in envids]
+        driver = embodied.Driver(fns, parallel=not self.args.debug)
+        if count:
+            driver.on_step(lambda tran, _: self.step.increment())
+        driver.on_step(lambda tran, _: self.policy_fps.step())
+        for fn in on_step:
+            driver.on_step(fn)
+        return driver
+
+    def begin(self, message):
+        print(message)
+        self.start = time.monotonic()
+        self.eta = progress.Eta(
+            self.args.steps, self.args.duration, int(self.step))
+
+    def should_stop(self, signal):
+        """True on a stop signal, at run.steps or after run.duration,
+        saying which limit was reached."""
+        args, step = self.args, self.step
+        if signal.requested:
+            return True
+        if step >= args.steps:
+            print(f'Reached run.steps: step {int(step)} of {int(args.steps)}.')
+            return True
+        if args.duration and time.monotonic() - self.start >= args.duration:
+            print(f'Reached run.duration of {args.duration} seconds '
+                  f'at step {int(step)}.')
+            return True
+        return False
+
+    def write_metrics(self, episodes, replays=None, trainer=None):
+        """Prints progress and writes the periodic metrics: `episodes` maps
+        prefixes to EpisodeStats, `replays` prefixes to replays."""
+        print(f'[Progress] {self.eta.line(self.step)}', flush=True)
+        logger = self.logger
+        if trainer:
+            logger.add(trainer.metrics())
+        for prefix, stats in episodes.items():
+            logger.add(stats.result(), prefix=prefix)
+        for prefix, replay in (replays or {}).items():
+            logger.add(replay.stats(), prefix=prefix)
+        logger.add(self.usage.stats(), prefix='usage')
+        logger.add({'fps/policy': self.policy_fps.result()})
+        logger.add(timing.timer_metrics('timer'))
+        logger.write()
+
+    def finish(self, cp, stats, metrics=None):
+        """The final save, metrics and summary line."""
+        cp.save(int(self.step))
+        if metrics:
+            self.logger.add(metrics)
+        self.logger.write()
+        summary = self.eta.summary(self.step, stats.recent_score())
+        print(f'[Summary] {summary}', flush=True)
+
+
+def restore(cp, agent, args):
+    """Resumes the run in `args.logdir`, or starts from `run.from_checkpoint`
+    when there is nothing to resume."""
+    if args.from_checkpoint and cp.latest() is None:
+        saving.load_agent(
+            agent, args.from_checkpoint, args.from_checkpoint_regex)
+    tag = cp.load_or_save(0)
+    if tag is not None:
+        print(f'Resumed from the save at step {tag}.')
