@@ -7,7 +7,6 @@ from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import loop as looplib
 from embodied.run import saving
-from embodied.run import stopping
 from embodied.run import videos
 from embodied.run.wiring import prefix
 
@@ -49,14 +48,8 @@ def eval_only(make_agent, make_env, make_logger, args):
     policy = lambda *a: agent.policy(*a, mode='eval')
     driver.reset(agent.init_policy)
     try:
-        with stopping.StopSignal() as signal:
-            while not loop.should_stop(signal):
-                driver(policy, steps=10)
-                if loop.should_log(step):
-                    loop.write_metrics({'epstats': stats})
-                if loop.should_save(step):
-                    cp.save(int(step))
-            loop.finish(cp, stats, prefix(stats.result(), 'epstats'))
+        loop.run(driver, policy, cp, {'epstats': stats})
+        loop.finish(cp, stats, prefix(stats.result(), 'epstats'))
     finally:
         driver.close()
         logger.close()

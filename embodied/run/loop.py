@@ -9,6 +9,7 @@ import elements
 import embodied
 from embodied.run import progress
 from embodied.run import saving
+from embodied.run import stopping
 from embodied.run import timing
 
 
@@ -17,12 +18,9 @@ class Loop:
 
         loop = Loop(args, logger)
         driver = loop.driver(make_env, range(args.envs), replay.add, ...)
-        while not loop.should_stop(stop):
-            driver(policy, steps=10)
-            if loop.should_log(loop.step):
-                loop.write_metrics({'epstats': stats}, {'replay': replay})
-            if loop.should_save(loop.step):
-                cp.save(int(loop.step))
+        cp = restore(args, agent, loop.step, replay=replay)
+        loop.begin('Start training loop')
+        loop.run(driver, policy, cp, {'epstats': stats}, {'replay': replay})
         loop.finish(cp, stats)
     """
 
@@ -54,6 +52,21 @@ class Loop:
         self.start = time.monotonic()
         self.eta = progress.Eta(
             self.args.steps, self.args.duration, int(self.step))
+
+    def run(self, driver, policy, cp, episodes, replays=None, trainer=None,
+            before=None):
+        """Steps `driver` with `policy` until a stop signal or a limit,
+        writing metrics and saving `cp` on their clocks; `before()` runs
+        before each round of env steps."""
+        with stopping.StopSignal() as signal:
+            while not self.should_stop(signal):
+                if before:
+                    before()
+                driver(policy, steps=10)
+                if self.should_log(self.step):
+                    self.write_metrics(episodes, replays, trainer)
+                if self.should_save(self.step):
+                    cp.save(int(self.step))
 
     def should_stop(self, signal):
         """True on a stop signal, at run.steps or after run.duration,
@@ -96,12 +109,19 @@ class Loop:
         print(f'[Summary] {summary}', flush=True)
 
 
-def restore(cp, agent, args):
-    """Resumes the run in `args.logdir`, or starts from `run.from_checkpoint`
-    when there is nothing to resume."""
+def restore(args, agent, step, **replays):
+    """The run's checkpoint of `agent`, the `replays` (by name) and the
+    `step`: resumed from `args.logdir`, or, with nothing to resume, the agent
+    from `run.from_checkpoint`."""
+    cp = saving.RunCheckpoint(args.logdir)
+    cp['agent'].agent = agent
+    for name, replay in replays.items():
+        setattr(cp['replay'], name, replay)
+    cp['logger'].step = step
     if args.from_checkpoint and cp.latest() is None:
         saving.load_agent(
             agent, args.from_checkpoint, args.from_checkpoint_regex)
     tag = cp.load_or_save(0)
     if tag is not None:
         print(f'Resumed from the save at step {tag}.')
+    return cp

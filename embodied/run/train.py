@@ -5,8 +5,6 @@ from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import learning
 from embodied.run import loop as looplib
-from embodied.run import saving
-from embodied.run import stopping
 
 
 def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
@@ -28,27 +26,19 @@ def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
     driver = loop.driver(
         make_env, range(args.envs), replay.add, stats.add, trainer.on_step)
 
-    cp = saving.RunCheckpoint(args.logdir)
-    cp['agent'].agent = agent
-    cp['replay'].replay = replay
-    cp['logger'].step = step
-    looplib.restore(cp, agent, args)
+    cp = looplib.restore(args, agent, step, replay=replay)
+
+    def report():
+        if should_report(step) and len(replay):
+            logger.add(trainer.report(), prefix='report')
 
     loop.begin('Start training loop')
     policy = lambda *a: agent.policy(*a, mode='train')
     driver.reset(agent.init_policy)
     try:
-        with stopping.StopSignal() as signal:
-            while not loop.should_stop(signal):
-                driver(policy, steps=10)
-                if should_report(step) and len(replay):
-                    logger.add(trainer.report(), prefix='report')
-                if loop.should_log(step):
-                    loop.write_metrics(
-                        {'epstats': stats}, {'replay': replay}, trainer)
-                if loop.should_save(step):
-                    cp.save(int(step))
-            loop.finish(cp, stats, trainer.metrics())
+        loop.run(driver, policy, cp, {'epstats': stats}, {'replay': replay},
+                 trainer, before=report)
+        loop.finish(cp, stats, trainer.metrics())
     finally:
         driver.close()
         logger.close()

@@ -5,8 +5,6 @@ from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import learning
 from embodied.run import loop as looplib
-from embodied.run import saving
-from embodied.run import stopping
 
 
 def train_eval(
@@ -39,43 +37,34 @@ def train_eval(
     stream_eval = iter(agent.stream(make_stream(replay_eval, 'eval')))
     carry_eval = agent.init_report(args.batch_size)
 
-    cp = saving.RunCheckpoint(args.logdir)
-    cp['agent'].agent = agent
-    cp['replay'].replay_train = replay_train
-    cp['replay'].replay_eval = replay_eval
-    cp['logger'].step = step
-    looplib.restore(cp, agent, args)
+    cp = looplib.restore(
+        args, agent, step, replay_train=replay_train, replay_eval=replay_eval)
+
+    def evaluate():
+        nonlocal carry_eval
+        if not should_report(step):
+            return
+        print('Evaluation')
+        eval_driver.reset(agent.init_policy)
+        eval_driver(eval_policy, episodes=args.eval_eps)
+        logger.add(eval_stats.result(), prefix='eval_epstats')
+        if len(replay_train):
+            logger.add(trainer.report(), prefix='report')
+        if len(replay_eval):
+            carry_eval, mets = learning.report_on(
+                agent, stream_eval, args, carry_eval)
+            logger.add(mets, prefix='eval')
 
     loop.begin('Start training loop')
     train_policy = lambda *a: agent.policy(*a, mode='train')
     eval_policy = lambda *a: agent.policy(*a, mode='eval')
     train_driver.reset(agent.init_policy)
     try:
-        with stopping.StopSignal() as signal:
-            while not loop.should_stop(signal):
-
-                if should_report(step):
-                    print('Evaluation')
-                    eval_driver.reset(agent.init_policy)
-                    eval_driver(eval_policy, episodes=args.eval_eps)
-                    logger.add(eval_stats.result(), prefix='eval_epstats')
-                    if len(replay_train):
-                        logger.add(trainer.report(), prefix='report')
-                    if len(replay_eval):
-                        carry_eval, mets = learning.report_on(
-                            agent, stream_eval, args, carry_eval)
-                        logger.add(mets, prefix='eval')
-
-                train_driver(train_policy, steps=10)
-
-                if loop.should_log(step):
-                    loop.write_metrics(
-                        {'epstats': train_stats},
-                        {'replay': replay_train, 'replay_eval': replay_eval},
-                        trainer)
-                if loop.should_save(step):
-                    cp.save(int(step))
-            loop.finish(cp, train_stats, trainer.metrics())
+        loop.run(
+            train_driver, train_policy, cp, {'epstats': train_stats},
+            {'replay': replay_train, 'replay_eval': replay_eval}, trainer,
+            before=evaluate)
+        loop.finish(cp, train_stats, trainer.metrics())
     finally:
         train_driver.close()
         eval_driver.close()
