@@ -21,11 +21,8 @@ class RemoteStream:
 
     def __init__(self, args, source, stop, counters, prefetch=4,
                  shared=False, per_request=2):
-        self.source = source
-        self.stop = stop
-        self.counters = counters
-        self.shared = shared
-        self.per_request = per_request
+        self.source, self.stop, self.counters = source, stop, counters
+        self.shared, self.per_request = shared, per_request
         self.ring = None
         # The batches in flight, and room for those received and held.
         self.ring_slots = (per_request + 1) * prefetch
