@@ -27,6 +27,10 @@ SUITES = {
     'cartpole': 'embodied.envs.cartpole:CartPole',
     'gym': 'embodied.envs.from_gym:FromGym',
     'dm': 'embodied.envs.from_dm:FromDM',
+    'dmc': 'embodied.envs.dmc:DMC',
+    'atari': 'embodied.envs.atari:Atari',
+    'atari100k': 'embodied.envs.atari:Atari',
+    'crafter': 'embodied.envs.crafter:Crafter',
 }
 
 AGENTS = {

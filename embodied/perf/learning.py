@@ -1,10 +1,12 @@
-"""Learning benchmark: DreamerV3 on cartpole_balance with the parallel runner.
+"""Learning benchmark: DreamerV3 on a task with the parallel runner.
 
     python -m embodied.perf.learning --duration 3600 --logdir /tmp/cartpole
     python -m embodied.perf.learning --script train -- --agent.opt.lr 1e-4
+    python -m embodied.perf.learning --configs 'dmc_vision dmc_cartpole' \
+        --target 800 --ymax 1000
 
-Launches `embodied.main --configs cartpole` (extra flags after `--` are passed
-on), follows the run's `scores.jsonl` and `metrics.jsonl` as they grow, and
+Launches `embodied.main --configs cartpole` (or the given `--configs`; extra
+flags after `--` are passed on), follows the run's `scores.jsonl` and `metrics.jsonl` as they grow, and
 prints the score (mean of the last 20 episodes) against env steps and wall time
 (compilation included), with train and env steps per second. At the end it
 writes `learning.json` and `learning.png` into the logdir. `--analyze` redoes
@@ -33,6 +35,10 @@ def main(argv=None):
     parser.add_argument('--duration', type=float, default=3600)
     parser.add_argument('--logdir', default='')
     parser.add_argument('--configs', default='cartpole')
+    parser.add_argument('--target', type=float, default=TARGET,
+                        help='score whose first crossing is reported')
+    parser.add_argument('--ymax', type=float, default=500,
+                        help='top of the plots\' score axis')
     parser.add_argument('--every', type=float, default=60,
                         help='seconds between progress lines')
     parser.add_argument('--analyze', default='',
@@ -42,11 +48,14 @@ def main(argv=None):
     if args.analyze:
         path = pathlib.Path(args.analyze)
         record = json.loads(path.read_text())
+        record.setdefault('target', args.target)
+        record.setdefault('ymax', args.ymax)
         plot(record, path.parent)
         summarize(record)
         return
     logdir = pathlib.Path(args.logdir or f'/tmp/embodied-learning-{int(time.time())}')
     record = run(logdir, args, extra)
+    record.update(target=args.target, ymax=args.ymax)
     (logdir / 'learning.json').write_text(json.dumps(record))
     plot(record, logdir)
     summarize(record)
@@ -158,12 +167,14 @@ def summarize(record):
         index = np.searchsorted(times, minute * 60, 'right') - 1
         if index >= 0:
             print(f'{minute:6d} {steps[index]:11d} {scores[index]:10.1f}')
-    reached = np.nonzero(scores >= TARGET)[0]
+    target = record.get('target', TARGET)
+    reached = np.nonzero(scores >= target)[0]
     if len(reached):
         i = reached[0]
-        print(f'First >= {TARGET}: {times[i] / 60:.1f} min, env step {steps[i]}.')
+        print(f'First >= {target:g}: {times[i] / 60:.1f} min, env step '
+              f'{steps[i]}.')
     else:
-        print(f'Never reached {TARGET}.')
+        print(f'Never reached {target:g}.')
     print(f'Best window: {scores.max():.1f}; final window: {scores[-1]:.1f}.')
     print(f'Env steps/s (overall): {steps[-1] / record["wall"]:.1f}.')
     updates = record.get('updates') or []
@@ -180,6 +191,7 @@ def plot(record, folder):
     if not episodes:
         return
     folder = pathlib.Path(folder)
+    target = record.get('target', TARGET)
     scores = [e[2] for e in episodes]
     smooth = window_scores(episodes)
     for name, xs, label in (
@@ -189,8 +201,8 @@ def plot(record, folder):
         png.line_chart(
             str(folder / name),
             [(xs, scores, (170, 200, 240)), (xs, smooth, (20, 60, 200)),
-             ([0, max(xs)], [TARGET, TARGET], (220, 60, 60))],
-            xlabel=label, ylabel='score', ymax=500)
+             ([0, max(xs)], [target, target], (220, 60, 60))],
+            xlabel=label, ylabel='score', ymax=record.get('ymax', 500))
 
 
 if __name__ == '__main__':
