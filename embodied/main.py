@@ -110,7 +110,8 @@ def _check(config):
         raise UsageError(
             f"Unknown --task '{config.task}': expected suite_task with a suite "
             f"in {', '.join(SUITES)} (e.g. cartpole_balance, dummy_disc, "
-            f"gym_CartPole-v1).")
+            f"gym_CartPole-v1, atari_pong, crafter_reward, "
+            f"dmc_walker_walk).")
 
 
 def _message(error):
@@ -320,6 +321,8 @@ def make_env(config, index, **overrides):
     kwargs.update(overrides)
     if kwargs.pop('use_seed', False):
         kwargs['seed'] = hash((config.seed, index)) % (2 ** 32 - 1)
+    if kwargs.pop('use_logdir', False):
+        kwargs['logdir'] = elements.Path(config.logdir) / f'env{index}'
     env = ctor(task, **kwargs)
     return wrap_env(env, config)
 
