@@ -89,7 +89,7 @@ class Crafter(base.Env):
     def _obs(self, image, reward, info, is_first=False, is_last=False,
              is_terminal=False):
         obs = {
-            'image': image,
+            'image': np.ascontiguousarray(image),  # Crafter's is transposed.
             'reward': np.float32(reward),
             'is_first': np.bool_(is_first),
             'is_last': np.bool_(is_last),
