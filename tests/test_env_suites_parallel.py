@@ -5,6 +5,8 @@ against a fresh env of the same seed that replays the stored actions."""
 import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -113,3 +115,23 @@ def test_parallel_run_keeps_images_intact(suite, tmp_path):
     line = re.findall(r'\[Summary\] (.*)', result.stdout)[-1]
     numbers = dict(x.split('=') for x in line.split())
     assert float(numbers['train_steps']) > 0, line
+
+
+def test_suite_modules_import_without_their_packages():
+    code = (
+        'import sys, embodied.envs.atari, embodied.envs.crafter, '
+        'embodied.envs.dmc, embodied.main; '
+        "bad = [m for m in ('ale_py', 'crafter', 'dm_control', 'mujoco', "
+        "'cv2', 'PIL') if m in sys.modules]; "
+        'assert not bad, bad')
+    result = subprocess.run(
+        [sys.executable, '-c', code], capture_output=True, text=True,
+        timeout=60, env=launch.env())
+    assert result.returncode == 0, result.stderr
+
+
+def test_unknown_suite_names_the_real_ones():
+    result = launch.run('--task', 'atary_pong', '--logdir', '/tmp/unused')
+    assert result.returncode == 2
+    assert "Unknown --task 'atary_pong'" in result.stdout
+    assert 'atari' in result.stdout and 'dmc' in result.stdout
