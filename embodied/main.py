@@ -28,6 +28,10 @@ SUITES = {
     'cartpole': 'embodied.envs.cartpole:CartPole',
     'gym': 'embodied.envs.from_gym:FromGym',
     'dm': 'embodied.envs.from_dm:FromDM',
+    'dmc': 'embodied.envs.dmc:DMC',
+    'atari': 'embodied.envs.atari:Atari',
+    'atari100k': 'embodied.envs.atari:Atari',
+    'crafter': 'embodied.envs.crafter:Crafter',
 }
 
 AGENTS = {
@@ -107,7 +111,8 @@ def _check(config):
         raise UsageError(
             f"Unknown --task '{config.task}': expected suite_task with a suite "
             f"in {', '.join(SUITES)} (e.g. cartpole_balance, dummy_disc, "
-            f"gym_CartPole-v1).")
+            f"gym_CartPole-v1, atari_pong, crafter_reward, "
+            f"dmc_walker_walk).")
 
 
 def _message(error):
@@ -277,6 +282,8 @@ def make_env(config, index, **overrides):
     kwargs.update(overrides)
     if kwargs.pop('use_seed', False):
         kwargs['seed'] = hash((config.seed, index)) % (2 ** 32 - 1)
+    if kwargs.pop('use_logdir', False):
+        kwargs['logdir'] = elements.Path(config.logdir) / f'env{index}'
     env = ctor(task, **kwargs)
     return wrap_env(env, config)
 

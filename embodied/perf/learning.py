@@ -1,10 +1,12 @@
-"""Learning benchmark: DreamerV3 on cartpole_balance with the parallel runner.
+"""Learning benchmark: DreamerV3 on a task with the parallel runner.
 
     python -m embodied.perf.learning --duration 3600 --logdir /tmp/cartpole
     python -m embodied.perf.learning --script train -- --agent.opt.lr 1e-4
+    python -m embodied.perf.learning --configs 'dmc_vision dmc_cartpole' \
+        --target 800 --ymax 1000
 
-Launches `embodied.main --configs cartpole` (extra flags after `--` are passed
-on), follows the run's `scores.jsonl` and `metrics.jsonl` as they grow, and
+Launches `embodied.main --configs cartpole` (or the given `--configs`; extra
+flags after `--` are passed on), follows the run's `scores.jsonl` and `metrics.jsonl` as they grow, and
 prints the score (mean of the last 20 episodes) against env steps and wall time
 (compilation included), with train and env steps per second. At the end it
 writes `learning.json` and the curves (`embodied.plot`: `learning.png` and
@@ -33,6 +35,10 @@ def main(argv=None):
     parser.add_argument('--duration', type=float, default=3600)
     parser.add_argument('--logdir', default='')
     parser.add_argument('--configs', default='cartpole')
+    parser.add_argument('--target', type=float, default=TARGET,
+                        help='score whose first crossing is reported')
+    parser.add_argument('--ymax', type=float, default=500,
+                        help='top of the plots\' score axis')
     parser.add_argument('--every', type=float, default=60,
                         help='seconds between progress lines')
     parser.add_argument('--analyze', default='',
@@ -42,13 +48,16 @@ def main(argv=None):
     if args.analyze:
         path = pathlib.Path(args.analyze)
         record = json.loads(path.read_text())
-        plot(path.parent)
+        record.setdefault('target', args.target)
+        record.setdefault('ymax', args.ymax)
+        plot(record, path.parent)
         summarize(record)
         return
     logdir = pathlib.Path(args.logdir or f'/tmp/embodied-learning-{int(time.time())}')
     record = run(logdir, args, extra)
+    record.update(target=args.target, ymax=args.ymax)
     (logdir / 'learning.json').write_text(json.dumps(record))
-    plot(logdir)
+    plot(record, logdir)
     summarize(record)
     print(f'Wrote learning.json to {logdir}.')
 
@@ -157,12 +166,14 @@ def summarize(record):
         index = np.searchsorted(times, minute * 60, 'right') - 1
         if index >= 0:
             print(f'{minute:6d} {steps[index]:11d} {scores[index]:10.1f}')
-    reached = np.nonzero(scores >= TARGET)[0]
+    target = record.get('target', TARGET)
+    reached = np.nonzero(scores >= target)[0]
     if len(reached):
         i = reached[0]
-        print(f'First >= {TARGET}: {times[i] / 60:.1f} min, env step {steps[i]}.')
+        print(f'First >= {target:g}: {times[i] / 60:.1f} min, env step '
+              f'{steps[i]}.')
     else:
-        print(f'Never reached {TARGET}.')
+        print(f'Never reached {target:g}.')
     print(f'Best window: {scores.max():.1f}; final window: {scores[-1]:.1f}.')
     print(f'Env steps/s (overall): {steps[-1] / record["wall"]:.1f}.')
     updates = record.get('updates') or []
@@ -172,13 +183,14 @@ def summarize(record):
               f'({int(u1)} updates).')
 
 
-def plot(logdir):
+def plot(record, logdir):
     """learning.png and learning.svg in the logdir: score against env steps
     and wall time (line: mean per bin, dots: episodes, dashed: target)."""
     from embodied import plot as plotlib
     try:
         paths = plotlib.plot(
-            [logdir], name='learning', episodes=True, hline=TARGET)
+            [logdir], name='learning', episodes=True,
+            hline=record.get('target', TARGET), ymax=record.get('ymax'))
     except (ImportError, FileNotFoundError, ValueError) as e:
         print(f'No curves drawn: {e}')
         return

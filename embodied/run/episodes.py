@@ -8,8 +8,9 @@ import numpy as np
 
 class EpisodeStats:
     """Aggregates transitions per worker into episode score, length and the
-    `log/` metrics of the env, and writes them to a logger when an episode
-    ends. `result()` gives the aggregates over the episodes since last call.
+    `log/` metrics of the env (and, for one worker, its images as videos),
+    and writes them to a logger when an episode ends. `result()` gives the
+    aggregates over the episodes since last call.
 
         stats = EpisodeStats(logger)
         driver.on_step(stats.add)      # add(tran, worker)
@@ -31,15 +32,18 @@ class EpisodeStats:
         episode = self.episodes[worker]
         episode.rewards.append(float(tran['reward']))
         for key, value in tran.items():
-            if key.startswith('log/'):
+            # Images (also `log/image`) become videos; other `log/` keys are
+            # scalar metrics.
+            if getattr(value, 'dtype', None) == np.uint8 and value.ndim == 3:
+                if worker == self.video_worker:
+                    episode.frames[key].append(value)
+            elif key.startswith('log/'):
                 if np.ndim(value) != 0:
                     raise ValueError(
-                        f"Env metric '{key}' must be a scalar, got shape "
-                        f"{np.shape(value)} ({np.asarray(value).dtype}).")
+                        f"Env metric '{key}' must be a scalar or a uint8 "
+                        f"(H, W, C) image, got shape {np.shape(value)} "
+                        f"({np.asarray(value).dtype}).")
                 episode.logs[key].append(float(value))
-            elif worker == self.video_worker and getattr(
-                    value, 'dtype', None) == np.uint8 and value.ndim == 3:
-                episode.frames[key].append(value)
         if tran['is_last']:
             self._finish(worker)
 
