@@ -4,7 +4,7 @@ nine globals); the keys this package adds get their defaults.
 The tests marked PARALLEL ENTRY POINTS cover the roles of the parallel
 runner; they must keep passing when the runner's roles move into modules of
 their own (each role's entry must pass `args` through
-`embodied.run.arguments.with_defaults`, directly or via `wiring.complete`).
+`embodied.run.arguments.with_defaults`).
 """
 
 import ast

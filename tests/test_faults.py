@@ -154,11 +154,11 @@ def _exit_with(code):
 
 def test_env_worker_constructor_error_is_not_restarted():
     from embodied import rpc
-    from embodied.run import wiring
+    from embodied.run import arguments
     from embodied.run.parallel import env as env_workers
     from embodied.run.parallel import envpool
 
-    args = wiring.complete(elements.Config(
+    args = arguments.with_defaults(elements.Config(
         actor_addr='localhost:1', logger_addr='localhost:{auto}',
         log_every=1, connect_timeout=1))
     with pytest.raises(envpool.EnvInitError, match='Env 3 failed in its '

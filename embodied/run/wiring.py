@@ -1,12 +1,11 @@
-"""What the roles of the parallel runner share: `args` with defaults for
-the keys it lacks, factories sent to worker processes as bytes, and clients of
-other roles with a bounded connect."""
+"""What the roles of the parallel runner share: factories sent to worker
+processes as bytes, clients of other roles with a bounded connect, metric
+prefixes."""
 
 import cloudpickle
 import portal
 
 from embodied import rpc
-from embodied.run import arguments
 
 STOP_KEY = '__stop__'       # in an act reply: the env worker should exit
 
@@ -17,11 +16,6 @@ def connect(args, role, name, **kwargs):
     return rpc.connect(
         args[f'{role}_addr'], name, args.connect_timeout,
         report_every=args.wait_report, **kwargs)
-
-
-def complete(args):
-    """`args` with defaults for the keys it lacks (`arguments.with_defaults`)."""
-    return arguments.with_defaults(args)
 
 
 def prefix(metrics, name):

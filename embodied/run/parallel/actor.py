@@ -22,6 +22,7 @@ import elements
 import numpy as np
 
 from embodied import rpc
+from embodied.run import arguments
 from embodied.run import wiring
 from embodied.run.parallel.link import link_of
 from embodied.run.wiring import prefix
@@ -31,7 +32,7 @@ from embodied.run.wiring import prefix
 def parallel_actor(agent, barrier, args):
     """Serves `act`: batches envs, runs the policy, replies, then sends the
     transitions to the replay and logger."""
-    args = wiring.complete(args)
+    args = arguments.with_defaults(args)
     link = link_of(barrier)
     islist = lambda x: isinstance(x, list)
     initial = agent.init_policy(args.actor_batch)

@@ -14,6 +14,7 @@ out of train steps, the learner's stop event and its progress counters.
 import time
 
 from embodied import rpc
+from embodied.run import arguments
 from embodied.run import wiring
 from embodied.run.parallel.actor import parallel_actor
 from embodied.run.parallel.learner import parallel_learner
@@ -22,7 +23,7 @@ from embodied.run.parallel.link import AgentLink
 
 def parallel_agent(make_agent, args):
     """One agent shared by the actor and learner threads."""
-    args = wiring.complete(args)
+    args = arguments.with_defaults(args)
     agent = wiring.loads(make_agent)()
     link = AgentLink()
     actor = rpc.Thread(parallel_actor, agent, link, args, name='Actor')

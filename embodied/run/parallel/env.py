@@ -22,6 +22,7 @@ import portal
 import embodied
 from embodied import rpc
 from embodied.run.parallel import envpool
+from embodied.run import arguments
 from embodied.run import stopping
 from embodied.run import timing
 from embodied.run import wiring
@@ -37,7 +38,7 @@ def parallel_envs(make_env, make_env_eval, args):
     """Runs all env workers of `args` (`run.envs_per_worker` envs each) until
     the actor tells them to stop, restarting crashed ones like `combined`
     does; for envs launched apart from `combined`."""
-    args = wiring.complete(args)
+    args = arguments.with_defaults(args)
     pool = envpool.EnvPool(
         specs(wiring.dumps(make_env), wiring.dumps(make_env_eval), args),
         args.env_restarts)
@@ -80,7 +81,7 @@ def worker_name(envids):
 
 def run_worker(make_env, envids, args, is_eval):
     """Steps the envs `envids` against the actor until it says stop."""
-    args = wiring.complete(args)
+    args = arguments.with_defaults(args)
     make_env = wiring.loads(make_env)
     name = worker_name(envids)
     envs = []

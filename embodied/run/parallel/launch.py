@@ -30,6 +30,7 @@ import time
 
 import embodied
 from embodied import rpc
+from embodied.run import arguments
 from embodied.run import progress
 from embodied.run import saving
 from embodied.run import stopping
@@ -50,7 +51,7 @@ def combined(
         make_agent, make_replay_train, make_replay_eval, make_env_train,
         make_env_eval, make_stream, make_logger, args):
     """Runs the whole training launch until it stops; see the module doc."""
-    args = wiring.complete(args)
+    args = arguments.with_defaults(args)
     if args.actor_batch <= 0:
         args = args.update(actor_batch=max(1, args.envs // 2))
     if args.actor_batch > args.envs:

@@ -23,6 +23,7 @@ import time
 import elements
 
 import embodied
+from embodied.run import arguments
 from embodied.run import saving
 from embodied.run import timing
 from embodied.run import wiring
@@ -34,7 +35,7 @@ from embodied.run.wiring import prefix
 @elements.timer.section('learner')
 def parallel_learner(agent, barrier, args):
     """Trains on batches streamed from the replay until asked to stop."""
-    args = wiring.complete(args)
+    args = arguments.with_defaults(args)
     link = link_of(barrier)
     agg = elements.Agg()
     usage = elements.Usage(**args.usage)

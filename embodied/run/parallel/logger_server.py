@@ -19,6 +19,7 @@ import elements
 
 import embodied
 from embodied import rpc
+from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import saving
 from embodied.run import wiring
@@ -28,7 +29,7 @@ from embodied.run import wiring
 def parallel_logger(make_logger, args):
     """Counts the global step (train env steps), aggregates episodes and
     writes metrics."""
-    args = wiring.complete(args)
+    args = arguments.with_defaults(args)
     logger = wiring.loads(make_logger)()
     step = logger.step
     lock = threading.Lock()

@@ -29,6 +29,7 @@ import numpy as np
 import embodied
 from embodied import rpc
 from embodied.core import limiters
+from embodied.run import arguments
 from embodied.run import replay_files
 from embodied.run import saving
 from embodied.run import timing
@@ -38,7 +39,7 @@ from embodied.run.wiring import prefix
 
 def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     """Serves the train and eval replays, enforcing the train ratio."""
-    args = wiring.complete(args)
+    args = arguments.with_defaults(args)
     replay_train = wiring.loads(make_replay_train)()
     replay_eval = wiring.loads(make_replay_eval)()
     for replay in (replay_train, replay_eval):
