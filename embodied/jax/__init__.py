@@ -5,6 +5,9 @@ Importing this package imports JAX; environment workers never import it.
 
 from .agent import Agent, Model
 from .runtime import PlatformError, Runtime, setup
+from .heads import DictHead, Head, MLPHead
+from .opt import Optimizer
+from .utils import LayerScan, Normalize, SlowModel
 from . import nets
 from . import opt
 from . import outs
@@ -12,4 +15,5 @@ from . import tree
 
 __all__ = [
     'Agent', 'Model', 'PlatformError', 'Runtime', 'setup',
-    'nets', 'opt', 'outs', 'tree']
+    'DictHead', 'Head', 'MLPHead', 'Optimizer', 'LayerScan', 'Normalize',
+    'SlowModel', 'nets', 'opt', 'outs', 'tree']

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 
 import embodied.jax
-from embodied.jax import opt as optlib
+from embodied.jax import legacy_opt as optlib
 
 from . import networks, returns, settings
 from .rssm import RSSM

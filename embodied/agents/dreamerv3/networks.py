@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from embodied.jax import nets, outs
+from embodied.jax import legacy_nets as nets, legacy_outs as outs
 
 f32 = jnp.float32
 

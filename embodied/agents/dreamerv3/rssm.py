@@ -5,7 +5,7 @@ observation token, a prior from `deter` alone)."""
 import jax
 import jax.numpy as jnp
 
-from embodied.jax import nets, outs
+from embodied.jax import legacy_nets as nets, legacy_outs as outs
 
 f32 = jnp.float32
 sg = jax.lax.stop_gradient

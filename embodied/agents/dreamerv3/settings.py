@@ -1,7 +1,7 @@
 """Checks the `agent` config block: every value must be one we implement.
 All problems are collected and reported together."""
 
-from embodied.jax import nets
+from embodied.jax import legacy_nets as nets
 
 from . import networks, returns
 
