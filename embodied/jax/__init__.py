@@ -3,7 +3,7 @@
 Importing this package imports JAX; environment workers never import it.
 """
 
-from .agent import Agent, Model
+from .agent import Agent
 from .runtime import PlatformError, Runtime, setup
 from .heads import DictHead, Head, MLPHead
 from .opt import Optimizer
@@ -14,6 +14,6 @@ from . import outs
 from . import tree
 
 __all__ = [
-    'Agent', 'Model', 'PlatformError', 'Runtime', 'setup',
+    'Agent', 'PlatformError', 'Runtime', 'setup',
     'DictHead', 'Head', 'MLPHead', 'Optimizer', 'LayerScan', 'Normalize',
     'SlowModel', 'nets', 'opt', 'outs', 'tree']

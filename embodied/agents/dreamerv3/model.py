@@ -29,9 +29,10 @@ def flat_feat(feat):
     return jnp.concatenate([feat['deter'].astype(f32), stoch.astype(f32)], -1)
 
 
-class DreamerModel(embodied.jax.Model):
-
-    policy_keys = r'^(enc|dyn|pol)/'
+class DreamerModel:
+    """The pure functions the agent runs: `init_state(key)`, `policy(params,
+    carry, obs, key, mode)`, `train(state, carry, data, key)`, `report(...)`
+    and the carries' `init_*`."""
 
     def __init__(self, obs_space, act_space, config, dtype=f32):
         settings.check(config)
@@ -99,12 +100,6 @@ class DreamerModel(embodied.jax.Model):
             spaces['dyn/stoch'] = elements.Space(
                 np.float32, (rssm.stoch, rssm.classes))
         return spaces
-
-    def batch_keys(self, keys):
-        wanted = {
-            *self.obs_space, *self.act_space, 'stepid', 'consec',
-            'dyn/deter', 'dyn/stoch'}
-        return [k for k in keys if k in wanted]
 
     def init_state(self, key):
         keys = dict(zip(self.modules, jax.random.split(key, len(self.modules))))
