@@ -461,8 +461,8 @@ class Norm(nj.Module):
         if self.impl == 'none':
             return x
         dtype = x.dtype
-        x = x.astype(f32)
-        axis = [a % x.ndim for a in self.axis]
+        x = jnp.asarray(x, f32)
+        axis = tuple(a % x.ndim for a in self.axis)
         shape = [x.shape[i] if i in axis else 1 for i in range(min(axis), x.ndim)]
         mean2 = adc.checkpoint_name(
             jnp.square(x).mean(axis, keepdims=True), 'small')
