@@ -9,6 +9,7 @@ import threading
 
 import elements
 import jax
+import ninjax as nj
 import numpy as np
 import pytest
 
@@ -90,15 +91,19 @@ def agent(config):
 
 
 def test_losses_finite_with_right_shapes(agent, config):
-    model = agent.model.core
+    model = agent.model
     batch = agent._prepare_batch(make_batch(config), 'train')
-    state = agent.model.state_tree(agent._state)
-    start, obs, prevact, _ = model._apply_context(
-        agent.init_train(config.batch_size), batch)
-    loss, (_, entries, _, metrics, losses) = jax.jit(
-        model.loss, static_argnames='training')(
-            state['params'], state['slowval'], state['norms'], start, obs,
-            prevact, jax.random.PRNGKey(0), training=True)
+
+    def losses(carry, batch):
+        start, obs, prevact, _ = model._apply_context(carry, batch)
+        loss, _ = model.loss(start, obs, prevact, training=True)
+        losses, _, _, entries = model.losses(
+            start, obs, prevact, training=True)
+        return loss, losses, entries
+
+    _, (loss, losses, entries) = jax.jit(nj.pure(losses))(
+        agent._state, agent.init_train(config.batch_size), batch,
+        seed=np.zeros(2, np.uint32))
     B, T = config.batch_size, config.batch_length
     expected = {
         'dyn': (B, T), 'rep': (B, T), 'vector': (B, T), 'rew': (B, T),
@@ -227,13 +232,13 @@ def test_load_with_regex_restores_only_matching(agent, config, tmp_path):
     ('--agent.dyn.typ', 'transformer'),
     ('--agent.policy_dist_disc', 'onehot'),
     ('--agent.retnorm.impl', 'median'),
-    ('--agent.dyn.rssm.act', 'swish'),
+    ('--agent.dyn.rssm.act', 'nonsense'),
 ])
 def test_unsupported_config_raises(tmp_path, flag, value):
-    from embodied.agents.dreamerv3 import DreamerModel, UnsupportedConfig
+    from embodied.agents.dreamerv3 import UnsupportedConfig
     config = make_config(tmp_path, flag, value)
     with pytest.raises(UnsupportedConfig, match=flag[2:]):
-        DreamerModel(OBS_SPACE, ACT_SPACE, config)
+        make_agent(config)
 
 
 def test_missing_platform_gives_clear_error(tmp_path):
