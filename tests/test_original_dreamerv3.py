@@ -1,0 +1,141 @@
+"""Acceptance: the original DreamerV3 agent (danijar/dreamerv3's own
+`dreamerv3/agent.py` and `rssm.py`, unchanged) builds, trains and acts on
+this package's `embodied.jax`.
+
+The original's files are not part of this project. Point the environment
+variable EMBODIED_ORIGINAL_DREAMERV3 at a checkout of danijar/dreamerv3 (or
+at its git directory) to run these tests; they are skipped otherwise. The
+original also imports `einops` and `chex` (the `test` extra)."""
+
+import os
+import subprocess
+
+import elements
+import numpy as np
+import pytest
+
+from embodied import main as mainlib
+
+SOURCE = os.environ.get('EMBODIED_ORIGINAL_DREAMERV3', '')
+FILES = ('__init__.py', 'agent.py', 'rssm.py')
+
+pytestmark = [
+    pytest.mark.skipif(
+        not SOURCE, reason='EMBODIED_ORIGINAL_DREAMERV3 is not set'),
+    pytest.mark.filterwarnings('ignore::DeprecationWarning'),
+]
+
+OBS = {
+    'vector': elements.Space(np.float32, (4,)),
+    'image': elements.Space(np.uint8, (16, 16, 3)),
+    'reward': elements.Space(np.float32),
+    'is_first': elements.Space(bool),
+    'is_last': elements.Space(bool),
+    'is_terminal': elements.Space(bool),
+}
+ACT = {
+    'action': elements.Space(np.int32, (), 0, 3),
+    'move': elements.Space(np.float32, (2,), -1, 1),
+}
+
+
+def copy_original(target):
+    """Copies the original's dreamerv3 package files into `target`."""
+    package = target / 'dreamerv3'
+    package.mkdir()
+    for name in FILES:
+        path = os.path.join(SOURCE, 'dreamerv3', name)
+        if os.path.exists(path):
+            with open(path) as f:
+                text = f.read()
+        else:  # a git directory, e.g. a bare mirror
+            text = subprocess.run(
+                ['git', '--git-dir', SOURCE, 'show', f'HEAD:dreamerv3/{name}'],
+                capture_output=True, text=True, check=True).stdout
+        (package / name).write_text(text)
+
+
+@pytest.fixture(scope='module')
+def agent(tmp_path_factory):
+    pytest.importorskip('einops')
+    pytest.importorskip('chex')
+    root = tmp_path_factory.mktemp('original')
+    copy_original(root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(root))
+        config = mainlib.parse([
+            '--configs', 'debug', '--logdir', str(root / 'logdir'),
+            '--agent_impl', 'dreamerv3.agent:Agent',
+            # Small image decoder/encoder for 16x16 images.
+            '--agent.enc.simple.mults', '2,2',
+            '--agent.dec.simple.mults', '2,2',
+            '--agent.enc.simple.depth', '4', '--agent.dec.simple.depth', '4',
+            '--agent.opt.warmup', '0', '--agent.opt.lr', '1e-3'])
+        agent_config = elements.Config(
+            **config.agent, logdir=config.logdir, seed=config.seed,
+            jax=config.jax, batch_size=config.batch_size,
+            batch_length=config.batch_length,
+            replay_context=config.replay_context,
+            report_length=config.report_length, replica=0, replicas=1)
+        ctor = mainlib._import('dreamerv3.agent:Agent')
+        yield ctor(OBS, ACT, agent_config), ctor
+
+
+def make_batch(B, T, ext_space, seed=0):
+    rng = np.random.default_rng(seed)
+    vector = rng.normal(size=(B, T, 4)).astype(np.float32)
+    # Replay context entries (the stored latents) start from zeros.
+    context = {
+        k: np.zeros((B, T, *s.shape), s.dtype) for k, s in ext_space.items()}
+    return {
+        **context,
+        'vector': vector,
+        'image': rng.integers(0, 255, (B, T, 16, 16, 3)).astype(np.uint8),
+        'reward': vector[..., 0].copy(),
+        'is_first': np.zeros((B, T), bool).copy(),
+        'is_last': np.zeros((B, T), bool),
+        'is_terminal': np.zeros((B, T), bool),
+        'action': rng.integers(0, 3, (B, T)).astype(np.int32),
+        'move': rng.uniform(-1, 1, (B, T, 2)).astype(np.float32),
+        'stepid': rng.integers(0, 255, (B, T, 20)).astype(np.uint8),
+        'consec': np.zeros((B, T), np.int32),
+    }
+
+
+def test_original_agent_builds_on_this_package(agent):
+    agent, ctor = agent
+    import embodied.jax
+    assert issubclass(ctor, embodied.jax.Agent)
+    assert isinstance(agent.model, ctor)
+    names = agent.save()
+    for prefix in ('enc/', 'dyn/', 'dec/', 'rew/', 'con/', 'pol/', 'val/',
+                   'slowval/', 'retnorm/', 'opt/'):
+        assert any(k.startswith(prefix) for k in names), prefix
+
+
+def test_original_agent_trains_and_acts(agent):
+    agent, _ = agent
+    config = agent.model.config
+    B = config.batch_size
+    T = config.batch_length + config.replay_context
+    data = make_batch(B, T, agent.ext_space)
+    carry = agent.init_train(B)
+    losses = []
+    for step in range(6):
+        carry, outs, metrics = agent.train(carry, data)
+        losses.append(float(metrics['loss/rew']))
+        assert np.isfinite(float(metrics['opt/loss']))
+    assert int(metrics['opt/updates']) >= 6
+    # The reward head fits the repeated batch.
+    assert losses[-1] < losses[0]
+    carry, metrics = agent.report(agent.init_report(B), data)
+    assert all(np.isfinite(np.asarray(v)).all() for v in metrics.values())
+
+    pcarry = agent.init_policy(3)
+    obs = {k: v[:3, 0] for k, v in data.items() if k in OBS}
+    obs['is_first'] = np.ones(3, bool)
+    pcarry, act, out = agent.policy(pcarry, obs, mode='train')
+    assert act['action'].shape == (3,)
+    assert ((act['action'] >= 0) & (act['action'] < 3)).all()
+    # Samples of the bounded normal are not clipped (the env side clips).
+    assert act['move'].shape == (3, 2) and np.isfinite(act['move']).all()
