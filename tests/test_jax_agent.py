@@ -156,6 +156,28 @@ def test_train_filters_keys_updates_policy_and_returns_numpy(agent):
     assert 'mean_x' in metrics
 
 
+def test_compiled_agent_wraps_the_model(agent):
+    assert type(agent) is embodied.jax.Agent
+    assert isinstance(agent.model, ToyAgent)
+    assert set(agent.ext_space) == {'target', 'stepid'}
+    with pytest.raises(TypeError, match='subclass'):
+        embodied.jax.Agent(OBS, ACT, make_config())
+
+
+def test_batch_without_an_observation_names_it(agent):
+    batch = make_batch()
+    del batch['is_first']
+    with pytest.raises(KeyError, match='batch lacks is_first'):
+        agent.train(agent.init_train(4), batch)
+
+
+def test_policy_keys_matching_nothing_is_an_error():
+    class Unmatched(ToyAgent):
+        policy_keys = '^nothing/'
+    with pytest.raises(ValueError, match="policy_keys '\\^nothing/'"):
+        Unmatched(OBS, ACT, make_config())
+
+
 def test_stream_is_the_source_and_train_takes_only_model_keys(agent):
     source = iter([make_batch(seed=1)])
     assert agent.stream(source) is source  # Never reads ahead.

@@ -75,9 +75,11 @@ class Agent(embodied.Agent):
 
     @property
     def ext_space(self):
-        """Extra per-step keys the model wants in replay batches."""
-        model = self.__dict__.get('model')
-        return dict(model.ext_space) if model is not None else {}
+        """Extra per-step keys the model wants in replay batches (none unless
+        the subclass says so)."""
+        # The compiled agent is an instance of this base itself; the model is
+        # an instance of the subclass.
+        return dict(self.model.ext_space) if type(self) is Agent else {}
 
     # Carries
 
