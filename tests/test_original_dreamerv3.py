@@ -1,14 +1,17 @@
 """Acceptance: the original DreamerV3 agent (danijar/dreamerv3's own
 `dreamerv3/agent.py` and `rssm.py`, unchanged) builds, trains and acts on
-this package's `embodied.jax`.
+this package's `embodied.jax`, and trains under the `train` and `parallel`
+scripts (`--agent_impl dreamerv3.agent:Agent`).
 
 The original's files are not part of this project. Point the environment
 variable EMBODIED_ORIGINAL_DREAMERV3 at a checkout of danijar/dreamerv3 (or
 at its git directory) to run these tests; they are skipped otherwise. The
 original also imports `einops` and `chex` (the `test` extra)."""
 
+import json
 import os
 import subprocess
+import sys
 
 import elements
 import numpy as np
@@ -139,3 +142,36 @@ def test_original_agent_trains_and_acts(agent):
     assert ((act['action'] >= 0) & (act['action'] < 3)).all()
     # Samples of the bounded normal are not clipped (the env side clips).
     assert act['move'].shape == (3, 2) and np.isfinite(act['move']).all()
+
+
+@pytest.mark.parametrize('script, flags', [
+    ('train', []),
+    ('parallel', ['--run.envs_per_worker', '2', '--run.eval_envs', '0']),
+])
+def test_original_agent_trains_under_script(tmp_path, script, flags):
+    pytest.importorskip('einops')
+    pytest.importorskip('chex')
+    copy_original(tmp_path)
+    logdir = tmp_path / 'run'
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = [
+        sys.executable, '-m', 'embodied.main', '--configs', 'debug',
+        '--agent_impl', 'dreamerv3.agent:Agent', '--task', 'cartpole_balance',
+        '--script', script, '--run.steps', '400', '--logdir', str(logdir),
+        *flags]
+    env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
+    env['PYTHONPATH'] = os.pathsep.join(
+        [root, str(tmp_path), *filter(None, [env.get('PYTHONPATH')])])
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=270,
+        cwd=root)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    records = [
+        json.loads(line)
+        for line in (logdir / 'metrics.jsonl').read_text().splitlines()]
+    trained = [r for r in records if 'train/loss/value' in r]
+    assert trained, output[-4000:]
+    assert all(np.isfinite(r['train/loss/dyn']) for r in trained)
+    assert max(r['step'] for r in records) >= 400
+    assert (logdir / 'ckpt').exists()
