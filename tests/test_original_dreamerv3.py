@@ -1,7 +1,9 @@
 """Acceptance: the original DreamerV3 agent (danijar/dreamerv3's own
 `dreamerv3/agent.py` and `rssm.py`, unchanged) builds, trains and acts on
 this package's `embodied.jax`, and trains under the `train` and `parallel`
-scripts (`--agent_impl dreamerv3.agent:Agent`).
+scripts (`--agent_impl dreamerv3.agent:Agent`); and the module library has
+every name, signature and field default of the original's `embodied.jax`
+nets, outs, heads, opt and utils.
 
 The original's files are not part of this project. Point the environment
 variable EMBODIED_ORIGINAL_DREAMERV3 at a checkout of danijar/dreamerv3 (or
@@ -175,3 +177,90 @@ def test_original_agent_trains_under_script(tmp_path, script, flags):
     assert all(np.isfinite(r['train/loss/dyn']) for r in trained)
     assert max(r['step'] for r in records) >= 400
     assert (logdir / 'ckpt').exists()
+
+
+def load_original_jax(target):
+    """Imports the original's embodied/jax package as `original_jax`."""
+    import importlib
+    package = target / 'original_jax'
+    package.mkdir()
+    for name in ('__init__', 'agent', 'heads', 'internal', 'nets', 'opt',
+                 'outs', 'transform', 'utils'):
+        path = os.path.join(SOURCE, 'embodied', 'jax', f'{name}.py')
+        if os.path.exists(path):
+            with open(path) as f:
+                text = f.read()
+        else:
+            text = subprocess.run(
+                ['git', '--git-dir', SOURCE, 'show',
+                 f'HEAD:embodied/jax/{name}.py'],
+                capture_output=True, text=True, check=True).stdout
+        (package / f'{name}.py').write_text(text)
+    return {
+        name: importlib.import_module(f'original_jax.{name}')
+        for name in ('nets', 'outs', 'heads', 'opt', 'utils')}
+
+
+def signature(obj):
+    import inspect
+    obj = getattr(obj, '_method', obj)  # ninjax wraps module methods
+    try:
+        text = str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return None
+    # Default lambdas print with their address.
+    return __import__('re').sub(r' at 0x[0-9a-f]+', '', text)
+
+
+def fields(cls):
+    """A ninjax module's fields and defaults, as text."""
+    defaults = getattr(cls, '_defaults', {})
+    return {
+        k: __import__('re').sub(r' at 0x[0-9a-f]+', '', repr(v))
+        for k, v in defaults.items()}
+
+
+def test_module_library_has_the_original_names_and_signatures(
+        tmp_path, monkeypatch):
+    """Every public function, class, method and ninjax field (with its
+    default) of the original's nets, outs, heads, opt and utils exists here
+    with the same signature."""
+    import importlib
+    import inspect
+    pytest.importorskip('einops')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    originals = load_original_jax(tmp_path)
+    problems = []
+    for modname, orig in originals.items():
+        ours = importlib.import_module(f'embodied.jax.{modname}')
+        for name, obj in vars(orig).items():
+            if name.startswith('_') or inspect.ismodule(obj):
+                continue
+            if callable(obj) and obj.__module__ != orig.__name__:
+                continue  # imported from elsewhere
+            if name in ('ensure_dtypes_fwd', 'ensure_dtypes_bwd'):
+                continue  # the custom VJP's halves, private here
+            where = f'{modname}.{name}'
+            if not hasattr(ours, name):
+                problems.append(f'missing {where}')
+                continue
+            mine = getattr(ours, name)
+            if not inspect.isclass(obj):
+                if callable(obj) and signature(obj) != signature(mine):
+                    problems.append(f'{where}{signature(mine)}')
+                continue
+            if fields(obj) != fields(mine):
+                problems.append(f'{where} fields {fields(mine)}')
+            for meth, fn in vars(obj).items():
+                if meth.startswith('_') and meth not in ('__init__', '__call__'):
+                    continue
+                if not callable(fn) and not isinstance(fn, staticmethod):
+                    continue
+                other = inspect.getattr_static(mine, meth, None)
+                if other is None:
+                    problems.append(f'missing {where}.{meth}')
+                elif signature(fn) != signature(other):
+                    problems.append(
+                        f'{where}.{meth}{signature(other)} vs '
+                        f'{signature(fn)}')
+    assert not problems, problems
