@@ -315,3 +315,28 @@ def test_layer_scan_stacks_params_and_matches_a_loop(f32_compute):
     assert not np.allclose(state['blk/lin/kernel'][0], state['blk/lin/kernel'][1])
     _, y2 = jax.jit(nj.pure(lambda x, s: scan(x, s)))(state, x, scales)
     np.testing.assert_allclose(y2, y, rtol=1e-5, atol=1e-6)
+
+
+def test_optimizer_scales_float16_losses_and_skips_overflows(monkeypatch):
+    monkeypatch.setattr(nets, 'COMPUTE_DTYPE', jnp.float16)
+    model = nets.Linear(1, name='model')
+    optimizer = embodied.jax.Optimizer(model, optax.sgd(0.1), name='opt')
+
+    def train(x, y):
+        def loss(x, y):
+            return jnp.square(model(nets.cast(x)).astype(jnp.float32) - y).mean()
+        return optimizer(loss, x, y)
+
+    x, y = jnp.ones((4, 3)), jnp.ones((4, 1))
+    state, metrics = run(train, x, y)
+    assert float(metrics['opt/grad_scale']) == 1e4
+    assert float(metrics['opt/grad_overflow']) == 0
+    assert int(metrics['opt/updates']) == 1
+    # An infinite loss overflows: the update is skipped, the scale halves.
+    before = np.asarray(state['model/kernel'])
+    state, metrics = nj.pure(train)(state, x, jnp.full((4, 1), jnp.inf))
+    assert float(metrics['opt/grad_overflow']) == 1
+    assert float(metrics['opt/grad_scale']) == 5e3
+    assert int(metrics['opt/updates']) == 1
+    assert np.isnan(float(metrics['opt/grad_norm']))
+    np.testing.assert_array_equal(state['model/kernel'], before)
