@@ -319,3 +319,31 @@ def test_image_observations_train(tmp_path):
     obs = dict(make_obs(2), image=np.zeros((2, 32, 32, 3), np.uint8))
     _, act, _ = agent.policy(agent.init_policy(2), obs)
     assert act['action'].shape == (2, 2) and act['action'].dtype == np.float32
+
+
+def test_large_integer_observation_is_read_as_a_number(tmp_path):
+    """The dummy env's `count` (int32, no upper bound) must not become a
+    one-hot input or a categorical output of 2^31 classes."""
+    config = mainlib.parse([
+        '--configs', 'debug', '--agent_impl', 'dreamerv3', '--task',
+        'dummy_disc', '--logdir', str(tmp_path)])
+    agent = mainlib.make_agent(config)
+    assert agent.obs_space['count'].dtype == np.int32
+    sizes = {k: v.size for k, v in agent.save().items()}
+    assert max(sizes.values()) < 1e6, max(sizes.items(), key=lambda x: x[1])
+    B, T = config.batch_size, config.batch_length + config.replay_context
+    rng = np.random.default_rng(0)
+    batch = {}
+    spaces = {**agent.obs_space, **agent.act_space, **agent.ext_space}
+    for key, space in spaces.items():
+        shape = (B, T, *space.shape)
+        if space.dtype == bool:
+            batch[key] = np.zeros(shape, bool)
+        elif np.issubdtype(space.dtype, np.integer):
+            high = min(int(np.max(space.high)), 255)
+            batch[key] = rng.integers(0, high, shape).astype(space.dtype)
+        else:
+            batch[key] = rng.uniform(-1, 1, shape).astype(space.dtype)
+    batch['count'] = np.arange(T, dtype=np.int32)[None].repeat(B, 0) + 10 ** 6
+    _, _, metrics = agent.train(agent.init_train(B), batch)
+    assert np.isfinite(metrics['loss/count']) and metrics['loss/count'] > 0

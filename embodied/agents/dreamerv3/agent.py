@@ -175,6 +175,8 @@ class Agent(embodied.jax.Agent):
             target = obs[key]
             if len(self.obs_space[key].shape) == 3:
                 target = target.astype(f32) / 255
+            elif not self.dec.vecspaces[key].discrete:
+                target = target.astype(f32)
             losses[key] = dist.loss(target)
         featvec = flat_feat(feat)
         rewinp = featvec if cfg.reward_grad else sg(featvec)

@@ -5,6 +5,7 @@ token, a prior from `deter` alone), the encoder and the decoder."""
 
 import math
 
+import elements
 import jax
 import jax.numpy as jnp
 import ninjax as nj
@@ -15,6 +16,22 @@ from embodied.jax import nets, outs
 
 f32 = jnp.float32
 sg = jax.lax.stop_gradient
+
+
+# Integer observations with more classes than this (counters, step numbers)
+# are read as numbers: a one-hot input or categorical output of that size
+# would not fit in memory.
+MAX_CLASSES = 1024
+
+
+def vector_space(space):
+    """The space the networks use for a vector observation: itself, or a
+    float32 space for an integer with more than MAX_CLASSES classes."""
+    if space.discrete and space.dtype != bool:
+        classes = np.max(np.int64(space.high) - np.int64(space.low))
+        if classes > MAX_CLASSES:
+            return elements.Space(np.float32, space.shape)
+    return space
 
 
 def split_keys(space):
@@ -186,10 +203,10 @@ class Encoder(nj.Module):
         self.mults, self.kernel = tuple(mults), kernel
         self.act, self.norm, self.winit = act, norm, winit
         self.symlog, self.outer, self.strided = symlog, outer, strided
+        self.vecspaces = {k: vector_space(obs_space[k]) for k in self.veckeys}
         if self.veckeys:
             squish = nets.symlog if symlog else (lambda x: x)
-            self.vecconcat = nets.DictConcat(
-                {k: obs_space[k] for k in self.veckeys}, 1, squish=squish)
+            self.vecconcat = nets.DictConcat(self.vecspaces, 1, squish=squish)
         if self.imgkeys:
             self._check_images()
 
@@ -210,7 +227,8 @@ class Encoder(nj.Module):
     def __call__(self, obs):
         parts = []
         if self.veckeys:
-            x = self.vecconcat({k: obs[k] for k in self.veckeys})
+            x = self.vecconcat({
+                k: obs[k].astype(self.vecspaces[k].dtype) for k in self.veckeys})
             mlp = self.sub(
                 'mlp', nets.MLP, self.layers, self.units, act=self.act,
                 norm=self.norm, winit=self.winit)
@@ -254,14 +272,14 @@ class Decoder(nj.Module):
         self.act, self.norm, self.winit = act, norm, winit
         self.outscale, self.bspace = outscale, bspace
         self.outer, self.strided = outer, strided
+        self.vecspaces = {k: vector_space(obs_space[k]) for k in self.veckeys}
         if self.veckeys:
-            spaces = {k: obs_space[k] for k in self.veckeys}
             cont = 'symlog_mse' if symlog else 'mse'
             outputs = {
                 k: 'categorical' if s.discrete else cont
-                for k, s in spaces.items()}
+                for k, s in self.vecspaces.items()}
             self.vec = embodied.jax.MLPHead(
-                spaces, outputs, layers=layers, units=units, act=act,
+                self.vecspaces, outputs, layers=layers, units=units, act=act,
                 norm=norm, winit=winit, outscale=float(outscale), name='vec')
 
     def __call__(self, feat):
