@@ -3,7 +3,9 @@
 this package's `embodied.jax`, and trains under the `train` and `parallel`
 scripts (`--agent_impl dreamerv3.agent:Agent`); and the module library has
 every name, signature and field default of the original's `embodied.jax`
-nets, outs, heads, opt and utils.
+nets, outs, heads, opt and utils, and its layers, heads, outputs, Optimizer,
+SlowModel and Normalize compute the same values as the original's from the
+same parameters.
 
 The original's files are not part of this project. Point the environment
 variable EMBODIED_ORIGINAL_DREAMERV3 at a checkout of danijar/dreamerv3 (or
@@ -264,3 +266,183 @@ def test_module_library_has_the_original_names_and_signatures(
                         f'{where}.{meth}{signature(other)} vs '
                         f'{signature(fn)}')
     assert not problems, problems
+
+
+@pytest.fixture
+def both(tmp_path, monkeypatch):
+    """The original's modules and ours, both computing in float32."""
+    import importlib
+    pytest.importorskip('einops')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    originals = load_original_jax(tmp_path)
+    ours = {
+        name: importlib.import_module(f'embodied.jax.{name}')
+        for name in originals}
+    import jax.numpy as jnp
+    monkeypatch.setattr(originals['nets'], 'COMPUTE_DTYPE', jnp.float32)
+    monkeypatch.setattr(ours['nets'], 'COMPUTE_DTYPE', jnp.float32)
+    return originals, ours
+
+
+def run_both(both, build, fn, *args):
+    """Builds a module with each library (`build(lib) -> module`), creates
+    the initial state with ours and runs both from it."""
+    import ninjax as nj
+    originals, ours = both
+    module = build(ours)
+    run = nj.pure(lambda *a: fn(module, ours, *a))
+    # ignore=True keeps every entry at the value it was created with.
+    state, _ = run({}, *args, seed=0, create=True, ignore=True)
+    _, mine = run(dict(state), *args, seed=0)
+    module = build(originals)
+    _, theirs = nj.pure(lambda *a: fn(module, originals, *a))(
+        dict(state), *args, seed=0)
+    return mine, theirs
+
+
+def assert_trees_close(a, b):
+    import jax
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree.leaves_with_path(a)]
+    for path, x, y in zip(paths, la, lb):
+        np.testing.assert_allclose(
+            np.asarray(x, np.float64), np.asarray(y, np.float64),
+            rtol=1e-5, atol=1e-6, err_msg=path)
+
+
+def test_layers_compute_what_the_originals_compute(both):
+    rng = np.random.default_rng(0)
+    f = lambda *s: rng.normal(size=s).astype(np.float32)
+    cases = [
+        (lambda L: L['nets'].Linear((2, 3), name='m'), f(4, 5)),
+        (lambda L: L['nets'].BlockLinear(8, 4, name='m'), f(3, 8)),
+        (lambda L: L['nets'].Conv2D(4, 3, 2, name='m'), f(2, 8, 8, 3)),
+        (lambda L: L['nets'].Conv2D(4, 3, 2, transp=True, name='m'),
+         f(2, 4, 4, 3)),
+        (lambda L: L['nets'].Conv3D(3, 3, name='m'), f(1, 4, 6, 6, 2)),
+        (lambda L: L['nets'].Conv3D(3, 3, 2, transp=True, name='m'),
+         f(1, 2, 3, 3, 2)),
+        (lambda L: L['nets'].Norm('rms', name='m'), f(3, 6)),
+        (lambda L: L['nets'].Norm('layer1em6', name='m'), f(3, 6)),
+        (lambda L: L['nets'].MLP(2, 8, name='m'), f(2, 3, 5)),
+    ]
+    for build, x in cases:
+        mine, theirs = run_both(both, build, lambda m, L, x: m(x), x)
+        assert_trees_close(mine, theirs)
+    idx = np.array([[1, 4], [0, 3]])
+    mine, theirs = run_both(
+        both, lambda L: L['nets'].Embed(5, 3, (2,), name='m'),
+        lambda m, L, i: m(i), idx)
+    assert_trees_close(mine, theirs)
+    resets = np.zeros((2, 5), bool)
+    resets[:, 2] = True
+    mine, theirs = run_both(
+        both, lambda L: L['nets'].GRU(units=4, name='m'),
+        lambda m, L, x, r: m(m.initial(2), x, r), f(2, 5, 3), resets)
+    assert_trees_close(mine, theirs)
+    mask = np.tril(np.ones((4, 4), bool))[None].repeat(2, 0)
+    mine, theirs = run_both(
+        both, lambda L: L['nets'].Transformer(
+            units=8, layers=2, heads=2, glu=True, name='m'),
+        lambda m, L, x, k: m(x, k, training=False), f(2, 4, 8), mask)
+    assert_trees_close(mine, theirs)
+    spaces = {
+        'b': elements.Space(np.int32, (2,), 0, 4),
+        'a': elements.Space(np.float32, (3,)),
+    }
+    xs = {'b': np.array([[1, -1], [3, 0]], np.int32), 'a': f(2, 3)}
+    mine, theirs = run_both(
+        both, lambda L: L['nets'].DictEmbed(spaces, 6, name='m'),
+        lambda m, L, xs: (m(xs, (2,)), L['nets'].DictConcat(
+            spaces, 1, squish=L['nets'].symlog)(xs)), xs)
+    assert_trees_close(mine, theirs)
+
+
+def test_heads_and_outputs_compute_what_the_originals_compute(both):
+    import jax
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(3, 2, 6)).astype(np.float32)
+    key = jax.random.PRNGKey(3)
+    cases = [
+        (elements.Space(np.float32, ()), 'symexp_twohot',
+         rng.normal(size=(3,)).astype(np.float32) * 50),
+        (elements.Space(np.float32, (2,)), 'mse', x[:, 0, :2]),
+        (elements.Space(np.float32, (2,)), 'huber', x[:, 0, :2]),
+        (elements.Space(np.float32, (2,)), 'symlog_mse', x[:, 0, :2] * 9),
+        (elements.Space(bool, (), 0, 2), 'binary',
+         np.array([1.0, 0.0, 1.0], np.float32)),
+        (elements.Space(np.int32, (2,), 0, 4), 'categorical',
+         np.array([[1, 3], [0, 0], [2, 1]], np.int32)),
+        (elements.Space(np.int32, (2,), 0, 4), 'onehot',
+         np.eye(4, dtype=np.float32)[[[1, 3], [0, 0], [2, 1]]]),
+        (elements.Space(np.float32, (2,), -1, 1), 'bounded_normal',
+         np.tanh(x[:, 0, :2])),
+        (elements.Space(np.float32, (2,)), 'normal_logstd', x[:, 0, :2]),
+    ]
+    for space, output, target in cases:
+        def fn(m, L, x, target):
+            out = m(x, 1)
+            values = {'pred': out.pred(), 'loss': out.loss(target)}
+            if output not in ('mse', 'huber', 'symlog_mse', 'symexp_twohot'):
+                values['logp'] = out.logp(target)
+            if output not in ('binary', 'mse', 'huber', 'symlog_mse',
+                              'symexp_twohot'):
+                values['sample'] = out.sample(key)
+                values['entropy'] = out.entropy()
+            return values
+        mine, theirs = run_both(
+            both, lambda L: L['heads'].MLPHead(
+                space, output, layers=2, units=8, outscale=0.5,
+                minstd=0.1, unimix=0.01, bins=31, name='m'),
+            fn, x, target)
+        assert_trees_close(mine, theirs)
+    # KL between two outputs of the same kind.
+    originals, ours = both
+    logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
+    kls = [
+        L['outs'].Agg(L['outs'].OneHot(logits, 0.01), 1).kl(
+            L['outs'].Agg(L['outs'].OneHot(logits[::-1], 0.01), 1))
+        for L in (ours, originals)]
+    assert_trees_close(kls[0], kls[1])
+    normals = [
+        L['outs'].Normal(logits, 2.0).kl(L['outs'].Normal(-logits, 0.5))
+        for L in (ours, originals)]
+    assert_trees_close(normals[0], normals[1])
+
+
+def test_optimizer_and_stats_compute_what_the_originals_compute(both):
+    import jax.numpy as jnp
+    import optax
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(16, 4)).astype(np.float32)
+    y = rng.normal(size=(16, 1)).astype(np.float32)
+
+    def build(L):
+        model = L['nets'].Linear(1, name='model')
+        chain = optax.chain(
+            L['opt'].clip_by_agc(0.3), L['opt'].scale_by_rms(0.999, 1e-20),
+            L['opt'].scale_by_momentum(0.9, nesterov=True),
+            optax.scale_by_learning_rate(0.01))
+        opt = L['opt'].Optimizer(model, chain, name='opt')
+        slow = L['utils'].SlowModel(
+            L['nets'].Linear(1, name='slow'), source=model, rate=0.1,
+            every=2)
+        norms = [
+            L['utils'].Normalize('perc', name='perc'),
+            L['utils'].Normalize('meanstd', debias=False, name='ms')]
+        return model, opt, slow, norms
+
+    def fn(modules, L, x, y):
+        model, opt, slow, norms = modules
+        results = []
+        for step in range(3):
+            loss = lambda x, y: jnp.square(model(x) - y).mean()
+            metrics = opt(loss, x, y)
+            slow.update()
+            stats = [n(model(x) * (step + 1), True) for n in norms]
+            results.append((metrics, slow(x), stats))
+        return results
+
+    mine, theirs = run_both(both, build, fn, x, y)
+    assert_trees_close(mine, theirs)
