@@ -446,3 +446,19 @@ def test_optimizer_and_stats_compute_what_the_originals_compute(both):
 
     mine, theirs = run_both(both, build, fn, x, y)
     assert_trees_close(mine, theirs)
+
+
+def test_layer_scan_computes_what_the_originals_computes(both):
+    import jax.numpy as jnp
+    import ninjax as nj
+
+    def build(L):
+        class Block(nj.Module):
+            def __call__(self, x, scale):
+                return jnp.tanh(self.sub('lin', L['nets'].Linear, 4)(x)) * scale
+        return L['utils'].LayerScan(Block(name='blk'), 3)
+
+    x = np.random.default_rng(3).normal(size=(2, 4)).astype(np.float32)
+    scales = np.array([1.0, 0.5, 2.0], np.float32)
+    mine, theirs = run_both(both, build, lambda m, L, x, s: m(x, s), x, scales)
+    assert_trees_close(mine, theirs)
