@@ -13,8 +13,15 @@ import embodied.jax
 from embodied.jax import nets, opt, outs
 
 
+@pytest.fixture(autouse=True)
+def bf16_compute(monkeypatch):
+    # The original's default; building an agent in the same process sets
+    # the global from its config, so every test pins it.
+    monkeypatch.setattr(nets, 'COMPUTE_DTYPE', jnp.bfloat16)
+
+
 @pytest.fixture
-def f32_compute(monkeypatch):
+def f32_compute(bf16_compute, monkeypatch):
     monkeypatch.setattr(nets, 'COMPUTE_DTYPE', jnp.float32)
 
 
