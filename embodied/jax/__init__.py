@@ -1,4 +1,6 @@
-"""The JAX agent base: jitted policy/train/report, devices, checkpoints.
+"""The JAX agent base (jitted policy/train/report, devices, checkpoints) and
+the original's module library on ninjax: `nets`, `outs`, heads, `opt` and the
+`Normalize`/`SlowModel`/`LayerScan` helpers.
 
 Importing this package imports JAX; environment workers never import it.
 """
