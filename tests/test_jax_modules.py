@@ -10,7 +10,7 @@ import optax
 import pytest
 
 import embodied.jax
-from embodied.jax import nets, opt, outs
+from embodied.jax import nets, opt
 
 
 @pytest.fixture(autouse=True)
@@ -37,8 +37,10 @@ def test_mlp_head_twohot_starts_at_zero():
         scalar, output='symexp_twohot', layers=1, units=8, outscale=0.0,
         bins=255, winit='trunc_normal_in', name='rew')
     x = jnp.ones((3, 5, 2, 4))
-    state, (pred, loss) = run(
-        lambda x: (lambda o: (o.pred(), o.loss(jnp.ones((3, 5)))))(head(x, 2)), x)
+    def fn(x):
+        out = head(x, 2)
+        return out.pred(), out.loss(jnp.ones((3, 5)))
+    state, (pred, loss) = run(fn, x)
     assert sorted(state) == [
         'rew/head/logits/bias', 'rew/head/logits/kernel',
         'rew/mlp/linear0/bias', 'rew/mlp/linear0/kernel',
@@ -74,7 +76,8 @@ def test_mlp_head_binary_and_policy_dict():
 
     state, (prob, pred, sample, maxent, std, ent) = run(fn, x)
     assert prob.shape == (4,) and pred.dtype == bool
-    assert sample['action'].shape == (4,) and sample['action'].dtype == jnp.int32
+    assert sample['action'].shape == (4,)
+    assert sample['action'].dtype == jnp.int32
     assert sample['move'].shape == (4, 2)
     assert state['pol/head/action/logits/kernel'].shape == (8, 3)
     assert state['pol/head/move/mean/kernel'].shape == (8, 2)
@@ -319,7 +322,8 @@ def test_layer_scan_stacks_params_and_matches_a_loop(f32_compute):
         h = np.tanh(h @ w + b) * float(scales[i])
     np.testing.assert_allclose(y, h, rtol=1e-5, atol=1e-6)
     # Layers are initialized independently.
-    assert not np.allclose(state['blk/lin/kernel'][0], state['blk/lin/kernel'][1])
+    kernels = np.asarray(state['blk/lin/kernel'])
+    assert not np.allclose(kernels[0], kernels[1])
     _, y2 = jax.jit(nj.pure(lambda x, s: scan(x, s)))(state, x, scales)
     np.testing.assert_allclose(y2, y, rtol=1e-5, atol=1e-6)
 
@@ -331,7 +335,8 @@ def test_optimizer_scales_float16_losses_and_skips_overflows(monkeypatch):
 
     def train(x, y):
         def loss(x, y):
-            return jnp.square(model(nets.cast(x)).astype(jnp.float32) - y).mean()
+            pred = model(nets.cast(x)).astype(jnp.float32)
+            return jnp.square(pred - y).mean()
         return optimizer(loss, x, y)
 
     x, y = jnp.ones((4, 3)), jnp.ones((4, 1))

@@ -9,6 +9,10 @@ import pytest
 from embodied.jax import heads, outs
 
 
+def close(actual, expected, rtol=1e-5):
+    np.testing.assert_allclose(actual, expected, rtol=rtol)
+
+
 def log_softmax(x):
     x = np.asarray(x, np.float64)
     x = x - x.max(-1, keepdims=True)
@@ -16,9 +20,11 @@ def log_softmax(x):
 
 
 def test_mse_with_symlog_squash():
-    out = outs.MSE(jnp.array([0.5, -1.0]), squash=lambda x: jnp.sign(x) * jnp.log1p(jnp.abs(x)))
+    symlog = lambda x: jnp.sign(x) * jnp.log1p(jnp.abs(x))
+    out = outs.MSE(jnp.array([0.5, -1.0]), squash=symlog)
     target = jnp.array([3.0, -1.0])
-    expected = (np.array([0.5, -1.0]) - np.sign([3, -1]) * np.log1p([3, 1])) ** 2
+    squashed = np.sign([3, -1]) * np.log1p([3, 1])
+    expected = (np.array([0.5, -1.0]) - squashed) ** 2
     np.testing.assert_allclose(out.loss(target), expected, rtol=1e-6)
     np.testing.assert_array_equal(out.pred(), [0.5, -1.0])
     with pytest.raises(ValueError, match='target shape'):
@@ -42,8 +48,8 @@ def test_huber_is_charbonnier():
 def test_binary_logp_and_sample():
     out = outs.Binary(jnp.array([2.0, -1.0]))
     p = 1 / (1 + np.exp(-np.array([2.0, -1.0])))
-    np.testing.assert_allclose(out.logp(jnp.array([1.0, 0.0])), np.log([p[0], 1 - p[1]]), rtol=1e-5)
-    np.testing.assert_allclose(out.loss(jnp.array([1.0, 1.0])), -np.log(p), rtol=1e-5)
+    close(out.logp(jnp.array([1.0, 0.0])), np.log([p[0], 1 - p[1]]))
+    close(out.loss(jnp.array([1.0, 1.0])), -np.log(p))
     np.testing.assert_allclose(out.prob(1), p, rtol=1e-5)
     np.testing.assert_array_equal(out.pred(), [True, False])
     samples = out.sample(jax.random.PRNGKey(0), (4000,))
@@ -57,10 +63,10 @@ def test_categorical_against_numpy():
     dist, dist2 = outs.Categorical(logits), outs.Categorical(other)
     lp, lq = log_softmax(logits), log_softmax(other)
     np.testing.assert_array_equal(dist.pred(), [1, 2])
-    np.testing.assert_allclose(dist.logp(jnp.array([0, 2])), [lp[0, 0], lp[1, 2]], rtol=1e-5)
-    np.testing.assert_allclose(dist.entropy(), -(np.exp(lp) * lp).sum(-1), rtol=1e-5)
-    np.testing.assert_allclose(dist.kl(dist2), (np.exp(lp) * (lp - lq)).sum(-1), rtol=1e-5)
-    np.testing.assert_allclose(dist.loss(jnp.array([1, 1])), -lp[:, 1], rtol=1e-5)
+    close(dist.logp(jnp.array([0, 2])), [lp[0, 0], lp[1, 2]])
+    close(dist.entropy(), -(np.exp(lp) * lp).sum(-1))
+    close(dist.kl(dist2), (np.exp(lp) * (lp - lq)).sum(-1))
+    close(dist.loss(jnp.array([1, 1])), -lp[:, 1])
     samples = dist.sample(jax.random.PRNGKey(1), (5000,))
     assert samples.shape == (5000, 2)
     freq = (np.asarray(samples)[:, 0, None] == np.arange(3)).mean(0)
@@ -89,7 +95,8 @@ def test_one_hot_sample_with_seed_keyword_and_straight_through():
     # Straight through: d sample / d logits equals d probs / d logits.
     weights = jnp.array([1.0, -2.0, 0.5])
     seed = jax.random.PRNGKey(3)
-    g1 = jax.grad(lambda l: (outs.OneHot(l).sample(seed) * weights).sum())(logits)
+    g1 = jax.grad(
+        lambda l: (outs.OneHot(l).sample(seed) * weights).sum())(logits)
     g2 = jax.grad(lambda l: (jax.nn.softmax(l) * weights).sum())(logits)
     np.testing.assert_allclose(g1, g2, rtol=1e-5)
     np.testing.assert_allclose(
@@ -109,7 +116,7 @@ def test_two_hot_target_is_split_between_nearest_bins():
         -(0.75 * lp[2] + 0.25 * lp[3]), -lp[1], -lp[4], -lp[0]]
     np.testing.assert_allclose(dist.loss(targets), expected, rtol=1e-5)
     probs = np.exp(lp)
-    np.testing.assert_allclose(dist.pred()[0], (probs * np.asarray(bins)).sum(), rtol=1e-5)
+    close(dist.pred()[0], (probs * np.asarray(bins)).sum())
     with pytest.raises(TypeError, match='float32 target'):
         dist.loss(jnp.zeros(4, jnp.int32))
 
@@ -156,9 +163,11 @@ def test_normal_against_closed_forms():
     dist = outs.Normal(jnp.array(mean), jnp.array(std))
     other = outs.Normal(jnp.zeros(2), 1.0)
     x = np.array([1.0, 0.0])
-    logp = -0.5 * ((x - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)
+    logp = (
+        -0.5 * ((x - mean) / std) ** 2 - np.log(std) -
+        0.5 * np.log(2 * np.pi))
     np.testing.assert_allclose(dist.logp(jnp.array(x)), logp, rtol=1e-5)
-    np.testing.assert_allclose(dist.entropy(), 0.5 * np.log(2 * np.pi * np.e * std ** 2), rtol=1e-5)
+    close(dist.entropy(), 0.5 * np.log(2 * np.pi * np.e * std ** 2))
     kl = np.log(1 / std) + (std ** 2 + mean ** 2) / 2 - 0.5
     np.testing.assert_allclose(dist.kl(other), kl, rtol=1e-5)
     samples = dist.sample(jax.random.PRNGKey(0), (20000,))
@@ -167,14 +176,15 @@ def test_normal_against_closed_forms():
 
 
 def test_agg_sums_event_dims():
-    logits = jnp.array(np.random.default_rng(0).normal(size=(2, 3, 4)), jnp.float32)
+    logits = np.random.default_rng(0).normal(size=(2, 3, 4))
+    logits = jnp.array(logits, jnp.float32)
     inner = outs.OneHot(logits)
     agg = outs.Agg(inner, 1, jnp.sum)
     other = outs.Agg(outs.OneHot(jnp.zeros((2, 3, 4))), 1)
-    np.testing.assert_allclose(agg.entropy(), inner.entropy().sum(-1), rtol=1e-6)
-    np.testing.assert_allclose(agg.kl(other), inner.kl(other.output).sum(-1), rtol=1e-6)
+    close(agg.entropy(), inner.entropy().sum(-1), rtol=1e-6)
+    close(agg.kl(other), inner.kl(other.output).sum(-1), rtol=1e-6)
     event = jax.nn.one_hot(jnp.zeros((2, 3), jnp.int32), 4)
-    np.testing.assert_allclose(agg.logp(event), inner.logp(event).sum(-1), rtol=1e-6)
+    close(agg.logp(event), inner.logp(event).sum(-1), rtol=1e-6)
     assert agg.pred().shape == (2, 3, 4)
     assert agg.sample(jax.random.PRNGKey(0)).shape == (2, 3, 4)
     mse = outs.Agg(outs.MSE(jnp.ones((2, 3, 5))), 2, jnp.mean)
@@ -185,7 +195,8 @@ def test_agg_sums_event_dims():
 
 def test_frozen_and_concat():
     frozen = outs.Frozen(outs.MSE(jnp.ones(2)))
-    grad = jax.grad(lambda m: outs.Frozen(outs.MSE(m)).loss(jnp.zeros(2)).sum())(jnp.ones(2))
+    frozen_loss = lambda m: outs.Frozen(outs.MSE(m)).loss(jnp.zeros(2)).sum()
+    grad = jax.grad(frozen_loss)(jnp.ones(2))
     np.testing.assert_array_equal(grad, np.zeros(2))
     np.testing.assert_array_equal(frozen.pred(), [1, 1])
     cat = outs.Concat(

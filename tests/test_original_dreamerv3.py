@@ -254,7 +254,8 @@ def test_module_library_has_the_original_names_and_signatures(
             if fields(obj) != fields(mine):
                 problems.append(f'{where} fields {fields(mine)}')
             for meth, fn in vars(obj).items():
-                if meth.startswith('_') and meth not in ('__init__', '__call__'):
+                private = meth.startswith('_')
+                if private and meth not in ('__init__', '__call__'):
                     continue
                 if not callable(fn) and not isinstance(fn, staticmethod):
                     continue

@@ -72,7 +72,8 @@ def symexp_bins(count):
     """`count` float32 bins, symmetric around zero and evenly spaced in
     symlog space over [-20, 20]; odd counts include zero."""
     if count % 2 == 1:
-        half = nets.symexp(jnp.linspace(-20, 0, (count - 1) // 2 + 1, dtype=f32))
+        half = jnp.linspace(-20, 0, (count - 1) // 2 + 1, dtype=f32)
+        half = nets.symexp(half)
         return jnp.concatenate([half, -half[:-1][::-1]], 0)
     half = nets.symexp(jnp.linspace(-20, 0, count // 2, dtype=f32))
     return jnp.concatenate([half, -half[::-1]], 0)

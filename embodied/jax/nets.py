@@ -99,7 +99,8 @@ def where(condition, xs, ys):
     """Picks from the trees `xs` or `ys` by a boolean `condition` over the
     leading dims of every leaf."""
     if condition.dtype != bool:
-        raise TypeError(f'where() needs a bool condition, got {condition.dtype}.')
+        raise TypeError(
+            f'where() needs a bool condition, got {condition.dtype}.')
 
     def fn(x, y):
         if x.shape != y.shape:
@@ -216,7 +217,8 @@ class Initializer:
     def __call__(self, shape, dtype=jnp.float32, fshape=None):
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         if not all(isinstance(x, int) and x > 0 for x in shape):
-            raise ValueError(f'Initializer needs positive int dims, got {shape}.')
+            raise ValueError(
+                f'Initializer needs positive int dims, got {shape}.')
         fanin, fanout = self.compute_fans(shape if fshape is None else fshape)
         fan = {'in': fanin, 'out': fanout, 'avg': (fanin + fanout) / 2,
                'none': 1}[self.fan]
@@ -289,7 +291,8 @@ class Embed(nj.Module):
         N = math.prod(self.shape)
         table = self.value(
             'table', init(self.einit), (*self.shape, self.classes, self.units))
-        table = table.reshape((N, self.classes, self.units)).astype(COMPUTE_DTYPE)
+        table = table.reshape((N, self.classes, self.units))
+        table = table.astype(COMPUTE_DTYPE)
         out = table[jnp.arange(N), x.reshape((-1, N))]
         if self.combine:
             return out.sum(-2).reshape((*bshape, self.units))
@@ -331,7 +334,8 @@ class BlockLinear(_Scaled, nj.Module):
             raise TypeError(f'BlockLinear units must be an int, got {units!r}.')
         if not (blocks <= units and units % blocks == 0):
             raise ValueError(
-                f'BlockLinear: {units} units do not split into {blocks} blocks.')
+                f'BlockLinear: {units} units do not split into {blocks} '
+                f'blocks.')
         self.units = units
         self.blocks = blocks
 
@@ -368,7 +372,9 @@ class Conv2D(_Scaled, nj.Module):
 
     def __init__(self, depth, kernel, stride=1):
         self.depth = depth
-        self.kernel = (kernel,) * 2 if isinstance(kernel, int) else tuple(kernel)
+        if isinstance(kernel, int):
+            kernel = (kernel, kernel)
+        self.kernel = tuple(kernel)
         self.stride = stride
 
     def __call__(self, x):
@@ -384,7 +390,8 @@ class Conv2D(_Scaled, nj.Module):
             x = x.repeat(s, -2).repeat(s, -3)
             keeph = (jnp.arange(x.shape[-3]) - 1) % s == 0
             keepw = (jnp.arange(x.shape[-2]) - 1) % s == 0
-            x = x * (keeph[:, None] & keepw[None, :])[:, :, None].astype(x.dtype)
+            keep = keeph[:, None] & keepw[None, :]
+            x = x * keep[:, :, None].astype(x.dtype)
             strides = (1, 1)
         else:
             strides = (self.stride, self.stride)
@@ -410,8 +417,9 @@ class Conv3D(nj.Module):
 
     def __init__(self, depth, kernel, stride=1):
         self.depth = depth
-        self.kernel = (kernel,) * 3 if isinstance(kernel, int) else tuple(kernel)
-        self.stride = (stride,) * 3 if isinstance(stride, int) else tuple(stride)
+        triple = lambda v: (v,) * 3 if isinstance(v, int) else tuple(v)
+        self.kernel = triple(kernel)
+        self.stride = triple(stride)
 
     def __call__(self, x):
         ensure_dtypes(x)
@@ -463,7 +471,8 @@ class Norm(nj.Module):
         dtype = x.dtype
         x = jnp.asarray(x, f32)
         axis = tuple(a % x.ndim for a in self.axis)
-        shape = [x.shape[i] if i in axis else 1 for i in range(min(axis), x.ndim)]
+        shape = [
+            x.shape[i] if i in axis else 1 for i in range(min(axis), x.ndim)]
         mean2 = adc.checkpoint_name(
             jnp.square(x).mean(axis, keepdims=True), 'small')
         if self.impl == 'rms':
@@ -472,7 +481,8 @@ class Norm(nj.Module):
             mean = x.mean(axis, keepdims=True)
             var = adc.checkpoint_name(
                 jnp.maximum(0, mean2 - jnp.square(mean)), 'small')
-            x = (x - mean) * (jax.lax.rsqrt(var + self.eps) * self._scale(shape))
+            scale = jax.lax.rsqrt(var + self.eps) * self._scale(shape)
+            x = (x - mean) * scale
             x = x + self._shift(shape)
         return x.astype(dtype)
 
@@ -613,7 +623,8 @@ class DictEmbed(nj.Module):
 
     def __call__(self, xs, bshape):
         if not isinstance(bshape, tuple):
-            raise TypeError(f'DictEmbed bshape must be a tuple, got {bshape!r}.')
+            raise TypeError(
+                f'DictEmbed bshape must be a tuple, got {bshape!r}.')
         missing = [k for k in self.keys if k not in xs]
         if missing:
             raise KeyError(f'DictEmbed is missing keys {missing}.')

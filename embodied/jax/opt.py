@@ -35,8 +35,10 @@ class Optimizer(nj.Module):
         self.step = nj.Variable(jnp.array, 0, i32, name='step')
         self.scaling = nets.COMPUTE_DTYPE == jnp.float16
         if self.scaling:
-            self.opt = optax.apply_if_finite(self.opt, max_consecutive_errors=1000)
-            self.grad_scale = nj.Variable(jnp.array, 1e4, f32, name='grad_scale')
+            self.opt = optax.apply_if_finite(
+                self.opt, max_consecutive_errors=1000)
+            self.grad_scale = nj.Variable(
+                jnp.array, 1e4, f32, name='grad_scale')
             self.good_steps = nj.Variable(jnp.array, 0, i32, name='good_steps')
 
     def __call__(self, lossfn, *args, has_aux=False, **kwargs):

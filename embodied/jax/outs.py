@@ -198,7 +198,8 @@ class Normal(Output):
 
     def logp(self, event):
         if not jnp.issubdtype(event.dtype, jnp.floating):
-            raise TypeError(f'Normal.logp needs a float event, got {event.dtype}.')
+            raise TypeError(
+                f'Normal.logp needs a float event, got {event.dtype}.')
         return jax.scipy.stats.norm.logpdf(f32(event), self.mean, self.stddev)
 
     def entropy(self):
@@ -332,7 +333,8 @@ class TwoHot(Output):
 
     def loss(self, target):
         if target.dtype != f32:
-            raise TypeError(f'TwoHot loss needs a float32 target, got {target.dtype}.')
+            raise TypeError(
+                f'TwoHot loss needs a float32 target, got {target.dtype}.')
         target = sg(self.squash(target))
         n = len(self.bins)
         below = (self.bins <= target[..., None]).astype(i32).sum(-1) - 1

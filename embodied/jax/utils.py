@@ -101,7 +101,8 @@ class SlowModel:
 
     def __init__(self, model, *, source, rate=1.0, every=1):
         if not (rate == 1 or rate < 0.5):
-            raise ValueError(f'SlowModel rate must be 1 or below 0.5, got {rate}.')
+            raise ValueError(
+                f'SlowModel rate must be 1 or below 0.5, got {rate}.')
         self.source = source
         self.model = model
         self.rate = rate
@@ -180,7 +181,8 @@ def layer_scan(fn, scope, count, inp, *args, **kwargs):
 
     # Trace one layer to learn which entries it reads, writes and creates.
     first = lambda xs: jax.tree.map(lambda x: x[0], xs)
-    probe_state = {k: v[0] if k.startswith(prefix) else v for k, v in ctx.items()}
+    probe_state = {
+        k: v[0] if k.startswith(prefix) else v for k, v in ctx.items()}
     state, _, accessed, modified, created = fn(
         probe_state, inp, *first(args), ignore=True, track=True,
         seed=nj.seed(None, True), **jax.tree.map(lambda x: x, kwargs))
@@ -201,7 +203,8 @@ def layer_scan(fn, scope, count, inp, *args, **kwargs):
     def body(carry, xs):
         x, carried_outer = carry
         layer_args, seed, layer_fixed, layer_changing = xs
-        state = {**layer_fixed, **fixed_outer, **layer_changing, **carried_outer}
+        state = {
+            **layer_fixed, **fixed_outer, **layer_changing, **carried_outer}
         state, out = fn(state, x, *layer_args, **kwargs, seed=seed)
         out, *extra = out if isinstance(out, tuple) else (out,)
         changed = {k: v for k, v in state.items() if k in modified}
