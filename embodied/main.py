@@ -102,10 +102,8 @@ def _check(config):
         raise UsageError(
             f"Unknown --script '{config.script}'.{hint} "
             f"Choose one of: {', '.join(SCRIPTS)}.")
-    if not config.random_agent and config.agent_impl not in AGENTS:
-        raise UsageError(
-            f"Unknown --agent_impl '{config.agent_impl}'. "
-            f"Choose one of: {', '.join(AGENTS)}.")
+    if not config.random_agent:
+        agent_path(config.agent_impl)
     suite = config.task.split('_', 1)[0]
     if suite not in SUITES or '_' not in config.task:
         raise UsageError(
@@ -182,7 +180,7 @@ def replay_spaces(config):
     env.close()
     spaces = {**obs_space, **act_space}
     if not config.random_agent:
-        ctor = _import(AGENTS[config.agent_impl])
+        ctor = _import(agent_path(config.agent_impl))
         context = getattr(ctor, 'replay_context_spaces', None)
         if context:
             spaces.update(context(obs_space, act_space, config))
@@ -197,7 +195,7 @@ def make_agent(config):
     env.close()
     if config.random_agent:
         return embodied.RandomAgent(obs_space, act_space)
-    ctor = _import(AGENTS[config.agent_impl])
+    ctor = _import(agent_path(config.agent_impl))
     if config.agent_impl == 'testing':
         agent_config = elements.Config(
             **config.testing,
@@ -313,9 +311,26 @@ def make_stream(config, replay, mode):
     return stream
 
 
+def agent_path(agent_impl):
+    """'module:Class' of the agent: a name from AGENTS, or the user's own
+    agent class given as 'package.module:Class' (e.g. a subclass of
+    `embodied.jax.Agent`)."""
+    if agent_impl in AGENTS:
+        return AGENTS[agent_impl]
+    module, _, name = agent_impl.partition(':')
+    if module and name.isidentifier():
+        return agent_impl
+    raise UsageError(
+        f"Unknown --agent_impl '{agent_impl}'. Choose one of: "
+        f"{', '.join(AGENTS)}, or name your own class as module:Class.")
+
+
 def _import(path):
     module, name = path.split(':')
-    return getattr(importlib.import_module(module), name)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ImportError(f"Cannot load '{path}': {e}") from e
 
 
 if __name__ == '__main__':

@@ -9,6 +9,7 @@ import threading
 
 import elements
 import jax
+import ninjax as nj
 import numpy as np
 import pytest
 
@@ -91,14 +92,18 @@ def agent(config):
 
 def test_losses_finite_with_right_shapes(agent, config):
     model = agent.model
-    batch = agent._prepare_batch(make_batch(config))
-    state = agent._state
-    start, obs, prevact, _ = model._apply_context(
-        agent.init_train(config.batch_size), batch)
-    loss, (_, entries, _, metrics, losses) = jax.jit(
-        model.loss, static_argnames='training')(
-            state['params'], state['slowval'], state['norms'], start, obs,
-            prevact, jax.random.PRNGKey(0), training=True)
+    batch = agent._prepare_batch(make_batch(config), 'train')
+
+    def losses(carry, batch):
+        start, obs, prevact, _ = model._apply_context(carry, batch)
+        loss, _ = model.loss(start, obs, prevact, training=True)
+        losses, _, _, entries = model.losses(
+            start, obs, prevact, training=True)
+        return loss, losses, entries
+
+    _, (loss, losses, entries) = jax.jit(nj.pure(losses))(
+        agent._state, agent.init_train(config.batch_size), batch,
+        seed=np.zeros(2, np.uint32))
     B, T = config.batch_size, config.batch_length
     expected = {
         'dyn': (B, T), 'rep': (B, T), 'vector': (B, T), 'rew': (B, T),
@@ -131,7 +136,7 @@ def test_train_outputs_replay_context_and_metrics(agent, config):
 
 
 def test_world_model_loss_halves_on_fixed_batch(agent, config):
-    batch = agent._prepare_batch(make_batch(config, seed=1))
+    batch = make_batch(config, seed=1)
     scales = dict(config.loss_scales)
     terms = {'dyn': scales['dyn'], 'rep': scales['rep'], 'vector': scales['rec'],
              'rew': scales['rew'], 'con': scales['con']}
@@ -161,9 +166,14 @@ def test_policy_accepts_list_carries_and_returns_numpy(agent):
     assert split['dyn']['deter'].shape == (agent.config.dyn.rssm.deter,)
 
 
+def policy_head_params(agent):
+    return jax.device_get({
+        k: v for k, v in agent._policy_params.items() if k.startswith('pol/')})
+
+
 def test_policy_and_train_run_concurrently(agent, config):
     errors = []
-    before = jax.device_get(agent._policy_params['pol'])
+    before = policy_head_params(agent)
     stop = threading.Event()
 
     def actor():
@@ -185,7 +195,7 @@ def test_policy_and_train_run_concurrently(agent, config):
         stop.set()
         thread.join(timeout=60)
     assert not errors, errors
-    after = jax.device_get(agent._policy_params['pol'])
+    after = policy_head_params(agent)
     changed = jax.tree.map(lambda a, b: not np.allclose(a, b), before, after)
     assert any(jax.tree.leaves(changed))
 
@@ -222,13 +232,13 @@ def test_load_with_regex_restores_only_matching(agent, config, tmp_path):
     ('--agent.dyn.typ', 'transformer'),
     ('--agent.policy_dist_disc', 'onehot'),
     ('--agent.retnorm.impl', 'median'),
-    ('--agent.dyn.rssm.act', 'swish'),
+    ('--agent.dyn.rssm.act', 'nonsense'),
 ])
 def test_unsupported_config_raises(tmp_path, flag, value):
-    from embodied.agents.dreamerv3 import DreamerModel, UnsupportedConfig
+    from embodied.agents.dreamerv3 import UnsupportedConfig
     config = make_config(tmp_path, flag, value)
     with pytest.raises(UnsupportedConfig, match=flag[2:]):
-        DreamerModel(OBS_SPACE, ACT_SPACE, config)
+        make_agent(config)
 
 
 def test_missing_platform_gives_clear_error(tmp_path):
@@ -309,3 +319,31 @@ def test_image_observations_train(tmp_path):
     obs = dict(make_obs(2), image=np.zeros((2, 32, 32, 3), np.uint8))
     _, act, _ = agent.policy(agent.init_policy(2), obs)
     assert act['action'].shape == (2, 2) and act['action'].dtype == np.float32
+
+
+def test_large_integer_observation_is_read_as_a_number(tmp_path):
+    """The dummy env's `count` (int32, no upper bound) must not become a
+    one-hot input or a categorical output of 2^31 classes."""
+    config = mainlib.parse([
+        '--configs', 'debug', '--agent_impl', 'dreamerv3', '--task',
+        'dummy_disc', '--logdir', str(tmp_path)])
+    agent = mainlib.make_agent(config)
+    assert agent.obs_space['count'].dtype == np.int32
+    sizes = {k: v.size for k, v in agent.save().items()}
+    assert max(sizes.values()) < 1e6, max(sizes.items(), key=lambda x: x[1])
+    B, T = config.batch_size, config.batch_length + config.replay_context
+    rng = np.random.default_rng(0)
+    batch = {}
+    spaces = {**agent.obs_space, **agent.act_space, **agent.ext_space}
+    for key, space in spaces.items():
+        shape = (B, T, *space.shape)
+        if space.dtype == bool:
+            batch[key] = np.zeros(shape, bool)
+        elif np.issubdtype(space.dtype, np.integer):
+            high = min(int(np.max(space.high)), 255)
+            batch[key] = rng.integers(0, high, shape).astype(space.dtype)
+        else:
+            batch[key] = rng.uniform(-1, 1, shape).astype(space.dtype)
+    batch['count'] = np.arange(T, dtype=np.int32)[None].repeat(B, 0) + 10 ** 6
+    _, _, metrics = agent.train(agent.init_train(B), batch)
+    assert np.isfinite(metrics['loss/count']) and metrics['loss/count'] > 0

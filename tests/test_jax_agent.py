@@ -5,6 +5,7 @@ import threading
 import elements
 import jax
 import jax.numpy as jnp
+import ninjax as nj
 import numpy as np
 import pytest
 
@@ -18,46 +19,62 @@ OBS = {
 ACT = {'action': elements.Space(np.int32, (), 0, 3)}
 
 
-class ToyModel(embodied.jax.Model):
+class Param(nj.Module):
+    """One learned array, created on first use."""
+
+    def __init__(self, shape, random):
+        self.shape, self.random = shape, random
+
+    def __call__(self):
+        def make():
+            if self.random:
+                return jax.random.normal(nj.seed(), self.shape)
+            return jnp.zeros(self.shape)
+        return self.value('kernel', make)
+
+
+class ToyAgent(embodied.jax.Agent):
     """Logits = x @ w; training regresses w towards the targets in the
     batch. The carry counts policy calls per example."""
 
     policy_keys = '^w/'
 
-    def init_state(self, key):
-        w = jax.random.normal(key, (3, 3))
-        return {'params': {'w': {'kernel': w}, 'other': {'b': jnp.zeros(3)}},
-                'step': jnp.zeros((), jnp.int32)}
+    def __init__(self, obs_space, act_space, config):
+        super().__init__(obs_space, act_space, config)
+        self.w = Param((3, 3), True, name='w')
+        self.b = Param((3,), False, name='other')
+        self.step = nj.Variable(jnp.zeros, (), jnp.int32, name='step')
+
+    @property
+    def ext_space(self):
+        return {'target': elements.Space(np.float32, (3,)),
+                'stepid': elements.Space(np.uint8, (20,))}
 
     def init_policy(self, batch_size):
         return {'count': jnp.zeros((batch_size,), jnp.int32)}
 
     init_train = init_report = init_policy
 
-    def policy(self, params, carry, obs, key, mode):
-        logits = obs['x'] @ params['w']['kernel']
-        action = jax.random.categorical(key, logits)
+    def policy(self, carry, obs, mode='train'):
+        logits = obs['x'] @ self.w()
+        action = jax.random.categorical(nj.seed(), logits)
         carry = {'count': carry['count'] + 1}
         return carry, {'action': action}, {'logits': logits}
 
-    def train(self, state, carry, data, key):
-        def loss(params):
-            pred = data['x'] @ params['w']['kernel'] + params['other']['b']
+    def train(self, carry, data):
+        def loss():
+            pred = data['x'] @ self.w() + self.b()
             return jnp.square(pred - data['target']).mean()
-        value, grads = jax.value_and_grad(loss)(state['params'])
-        params = jax.tree.map(lambda p, g: p - 0.1 * g, state['params'], grads)
-        state = {'params': params, 'step': state['step'] + 1}
+        value, params, grads = nj.grad(loss, [self.w, self.b])()
+        for module in (self.w, self.b):
+            name = module.path + '/kernel'
+            module.write('kernel', params[name] - 0.1 * grads[name])
+        self.step.write(self.step.read() + 1)
         outs = {'replay': {'stepid': data['stepid']}}
-        return state, {'count': carry['count'] + 1}, outs, {'loss': value}
+        return {'count': carry['count'] + 1}, outs, {'loss': value}
 
-    def report(self, state, carry, data, key):
+    def report(self, carry, data):
         return carry, {'mean_x': data['x'].mean()}
-
-
-class ToyAgent(embodied.jax.Agent):
-
-    def make_model(self, obs_space, act_space, config, compute_dtype):
-        return ToyModel()
 
 
 def make_config(seed=0, **jaxkw):
@@ -73,6 +90,8 @@ def make_batch(B=4, T=5, seed=0):
     rng = np.random.default_rng(seed)
     return {
         'x': rng.normal(size=(B, T, 3)).astype(np.float32),
+        'is_first': np.zeros((B, T), bool),
+        'action': rng.integers(0, 3, (B, T)).astype(np.int32),
         'target': rng.normal(size=(B, T, 3)).astype(np.float32),
         'stepid': rng.integers(0, 255, (B, T, 20)).astype(np.uint8),
         'log/ignored': np.zeros((B, T), np.float32),
@@ -123,16 +142,38 @@ def test_policy_list_carries_round_trip(agent):
 
 
 def test_train_filters_keys_updates_policy_and_returns_numpy(agent):
-    before = np.asarray(agent._policy_params['w']['kernel'])
+    before = np.asarray(agent._policy_params['w/kernel'])
     carry = agent.init_train(4)
     carry, outs, metrics = agent.train(carry, make_batch())
     assert isinstance(metrics['loss'], np.ndarray)
     assert isinstance(outs['replay']['stepid'], np.ndarray)
-    after = np.asarray(agent._policy_params['w']['kernel'])
+    after = np.asarray(agent._policy_params['w/kernel'])
     assert not np.allclose(before, after)
-    assert set(agent._policy_params) == {'w'}
+    assert set(agent._policy_params) == {'w/kernel'}
     carry, metrics = agent.report(agent.init_report(4), make_batch())
     assert 'mean_x' in metrics
+
+
+def test_compiled_agent_wraps_the_model(agent):
+    assert type(agent) is embodied.jax.Agent
+    assert isinstance(agent.model, ToyAgent)
+    assert set(agent.ext_space) == {'target', 'stepid'}
+    with pytest.raises(TypeError, match='subclass'):
+        embodied.jax.Agent(OBS, ACT, make_config())
+
+
+def test_batch_without_an_observation_names_it(agent):
+    batch = make_batch()
+    del batch['is_first']
+    with pytest.raises(KeyError, match='batch lacks is_first'):
+        agent.train(agent.init_train(4), batch)
+
+
+def test_policy_keys_matching_nothing_is_an_error():
+    class Unmatched(ToyAgent):
+        policy_keys = '^nothing/'
+    with pytest.raises(ValueError, match="policy_keys '\\^nothing/'"):
+        Unmatched(OBS, ACT, make_config())
 
 
 def test_stream_is_the_source_and_train_takes_only_model_keys(agent):
@@ -170,13 +211,15 @@ def test_save_load_and_regex():
     b = ToyAgent(OBS, ACT, make_config(seed=1))
     a.train(a.init_train(4), make_batch())
     data = a.save()
-    assert {'w/kernel', 'other/b', 'step', 'rng/policy'} <= set(data)
+    assert {'w/kernel', 'other/kernel', 'step/value', 'rng/policy'} <= set(
+        data)
     before = b.save()
     b.load(data, regex='^w/')
     after = b.save()
     np.testing.assert_array_equal(after['w/kernel'], data['w/kernel'])
-    np.testing.assert_array_equal(after['other/b'], before['other/b'])
-    assert after['step'] == before['step']
+    np.testing.assert_array_equal(
+        after['other/kernel'], before['other/kernel'])
+    assert after['step/value'] == before['step/value'] == 0
     b.load(data)
     obs = make_obs(64)
     act_a = a.policy(a.init_policy(64), obs)[1]['action']

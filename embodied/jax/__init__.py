@@ -1,15 +1,21 @@
-"""The JAX agent base: jitted policy/train/report, devices, checkpoints.
+"""The JAX agent base (jitted policy/train/report, devices, checkpoints) and
+the original's module library on ninjax: `nets`, `outs`, heads, `opt` and the
+`Normalize`/`SlowModel`/`LayerScan` helpers.
 
 Importing this package imports JAX; environment workers never import it.
 """
 
-from .agent import Agent, Model
+from .agent import Agent
 from .runtime import PlatformError, Runtime, setup
+from .heads import DictHead, Head, MLPHead
+from .opt import Optimizer
+from .utils import LayerScan, Normalize, SlowModel
 from . import nets
 from . import opt
 from . import outs
 from . import tree
 
 __all__ = [
-    'Agent', 'Model', 'PlatformError', 'Runtime', 'setup',
-    'nets', 'opt', 'outs', 'tree']
+    'Agent', 'PlatformError', 'Runtime', 'setup',
+    'DictHead', 'Head', 'MLPHead', 'Optimizer', 'LayerScan', 'Normalize',
+    'SlowModel', 'nets', 'opt', 'outs', 'tree']

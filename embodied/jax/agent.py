@@ -1,155 +1,137 @@
-"""Turns a model written as pure functions into an `embodied.Agent`.
+"""The original's `embodied.jax.Agent`: an agent written as a model of ninjax
+modules, compiled and run on devices by this base.
 
-A subclass implements `make_model()`, returning a `Model`. The base compiles
-the model's functions, keeps the training state on the train devices and a
-copy of the policy's parameters on the policy devices, and handles seeds,
-carries, checkpoints and the host/device boundary:
+A subclass is the model. Its `__init__(obs_space, act_space, config)` builds
+modules; its methods run inside `nj.pure`, so they create and read
+parameters through the modules and draw randomness with `nj.seed()`:
 
-    agent = MyAgent(obs_space, act_space, config)   # config.jax, .seed, .logdir
-    carry = agent.init_policy(batch_size)
-    carry, act, out = agent.policy(carry, obs, mode='train')
-    carry, outs, metrics = agent.train(agent.init_train(B), batch)
+    class MyAgent(embodied.jax.Agent):
+        policy_keys = '^(enc|pol)/'   # the parameters policy() reads
+        ext_space = {}                # extra per-step keys train() wants
+        def init_policy(self, batch_size): -> carry
+        def init_train(self, batch_size): -> carry
+        def init_report(self, batch_size): -> carry
+        def policy(self, carry, obs, mode='train'): -> carry, act, out
+        def train(self, carry, data): -> carry, outs, metrics
+        def report(self, carry, data): -> carry, metrics
 
-One learner thread (train, report, save, load) and one actor thread (policy)
-may share an agent: the learner publishes a fresh copy of the policy's
-parameters after each update and the policy reads whichever copy is newest.
+`MyAgent(obs_space, act_space, config)` returns the compiled agent (an
+instance of this base that holds the model as `.model`), with the batched
+`embodied.Agent` interface. `config` holds `jax` (the original's keys, see
+`runtime.setup`), `seed`, `logdir` and, for the first trace of `train`,
+`batch_size`, `batch_length` and `replay_context`.
+
+The parameters live on the train devices and `train` updates them in place
+(donated). The policy reads its own copy on the policy devices; after each
+update the learner publishes a fresh copy, so one learner thread (train,
+report, save, load) and one actor thread (policy) may share an agent.
 """
 
 import re
 import threading
 
+import elements
 import jax
 import jax.numpy as jnp
+import ninjax as nj
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import embodied
 
 from . import runtime as runtimelib
-from . import tree as treelib
-
-
-class Model:
-    """The pure functions a JAX agent is made of.
-
-    `state` is a pytree whose `state['params']` holds the learned parameters;
-    everything else in it (optimizer moments, EMA statistics) is training
-    state. `key` arguments are `jax.random` keys, fresh for every call.
-    """
-
-    #: Regex over top-level parameter names (with a trailing slash, as in
-    #: '^(enc|dyn|pol)/'): the parameters `policy()` reads.
-    policy_keys = r'.*'
-
-    def init_state(self, key):
-        raise NotImplementedError('init_state(key) -> state')
-
-    def init_policy(self, batch_size):
-        raise NotImplementedError('init_policy(batch_size) -> carry')
-
-    def init_train(self, batch_size):
-        raise NotImplementedError('init_train(batch_size) -> carry')
-
-    def init_report(self, batch_size):
-        raise NotImplementedError('init_report(batch_size) -> carry')
-
-    def policy(self, params, carry, obs, key, mode):
-        raise NotImplementedError(
-            'policy(params, carry, obs, key, mode) -> carry, act, out')
-
-    def train(self, state, carry, data, key):
-        raise NotImplementedError(
-            'train(state, carry, data, key) -> state, carry, outs, metrics')
-
-    def report(self, state, carry, data, key):
-        raise NotImplementedError(
-            'report(state, carry, data, key) -> carry, metrics')
-
-    def batch_keys(self, keys):
-        """The subset of a replay batch's keys that train/report consume."""
-        return keys
-
-    @property
-    def ext_space(self):
-        """Extra per-step keys the agent wants in replay batches."""
-        return {}
-
 
 SEED_STREAMS = ('init', 'policy', 'train', 'report')
-
-
-def _islist(x):
-    return isinstance(x, list)
+MODES = ('train', 'eval', 'explore')
 
 
 class Agent(embodied.Agent):
     """Base of the JAX agents; see the module docstring."""
 
+    #: Regex (`re.search`) over parameter names such as 'enc/linear0/kernel':
+    #: the parameters `policy()` reads.
+    policy_keys = '.*'
+
+    def __new__(cls, obs_space, act_space, config):
+        if cls is Agent:
+            raise TypeError(
+                'embodied.jax.Agent is a base class: subclass it and build '
+                'the model in your __init__.')
+        runtime = runtimelib.setup(config.jax, config.get('logdir'))
+        from . import nets
+        nets.COMPUTE_DTYPE = runtime.compute_dtype
+        model = super().__new__(cls)
+        model.__init__(obs_space, act_space, config)
+        # An instance of the base, not of `cls`, so Python does not call
+        # `cls.__init__` a second time on it.
+        agent = super().__new__(Agent)
+        agent._build(model, obs_space, act_space, config, runtime)
+        return agent
+
     def __init__(self, obs_space, act_space, config):
         self.obs_space = obs_space
         self.act_space = act_space
         self.config = config
-        self.runtime = runtimelib.setup(config.jax, config.get('logdir'))
-        self.model = self.make_model(
-            obs_space, act_space, config, self.runtime.compute_dtype)
-        # Per-call seeds derive from (seed, stream, call count); checkpoints
-        # store them so a restored agent continues the same random streams.
-        self._seed_base = int(config.seed)
-        self._calls = {name: 0 for name in SEED_STREAMS}
-        self._policy_pattern = re.compile(self.model.policy_keys)
-        self._state_lock = threading.Lock()
-        self._setup_shardings()
-        self._compile()
-        init = self._jit(self.model.init_state)
-        with self._state_lock:
-            self._state = jax.device_put(
-                init(self._key('init')), self._train_replicated)
-            self._publish_policy_params()
 
-    def make_model(self, obs_space, act_space, config, compute_dtype):
-        raise NotImplementedError(
-            'make_model(obs_space, act_space, config, compute_dtype) -> Model')
+    @property
+    def ext_space(self):
+        """Extra per-step keys the model wants in replay batches (none unless
+        the subclass says so)."""
+        # The compiled agent is an instance of this base itself; the model is
+        # an instance of the subclass.
+        return dict(self.model.ext_space) if type(self) is Agent else {}
 
     # Carries
 
     def init_policy(self, batch_size):
+        self._require_policy('init_policy')
         self._check_divisible(batch_size, self.runtime.policy_devices, 'policy')
-        carry = self._jit_init_policy(batch_size)
+        carry = self._jit_init_policy(
+            self._policy_params, self._seed('init'), batch_size)
         return jax.device_put(carry, self._policy_batch)
 
     def init_train(self, batch_size):
         self._check_divisible(batch_size, self.runtime.train_devices, 'train')
-        return jax.device_put(self._jit_init_train(batch_size), self._train_batch)
+        with self._state_lock:
+            carry = self._jit_init_train(
+                self._state, self._seed('init'), batch_size)
+        return jax.device_put(carry, self._train_batch)
 
     def init_report(self, batch_size):
         self._check_divisible(batch_size, self.runtime.train_devices, 'train')
-        return jax.device_put(
-            self._jit_init_report(batch_size), self._train_batch)
+        with self._state_lock:
+            carry = self._jit_init_report(
+                self._state, self._seed('init'), batch_size)
+        return jax.device_put(carry, self._train_batch)
 
     # Acting and learning
 
     def policy(self, carry, obs, mode='train'):
-        if not self.runtime.enable_policy:
-            raise RuntimeError(
-                'policy() called on an agent built with jax.enable_policy '
-                'False (a train-only agent).')
-        if mode not in ('train', 'eval', 'explore'):
+        self._require_policy('policy')
+        if mode not in MODES:
             raise ValueError(
-                f"policy mode must be train, eval or explore, not '{mode}'.")
+                f"policy mode must be one of {', '.join(MODES)}, not '{mode}'.")
         split = any(
             _islist(x) for x in jax.tree.leaves(carry, is_leaf=_islist))
         obs = self._prepare_obs(obs)
-        params = self._policy_params
         carry, act, out = self._jit_policy(
-            params, carry, obs, self._seed('policy'), mode=mode, split=split)
+            self._policy_params, carry, obs, self._seed('policy'),
+            mode=mode, split=split)
         act, out = jax.device_get((act, out))
         act = {
             k: np.asarray(v, self.act_space[k].dtype) for k, v in act.items()}
-        out = {k: np.asarray(v) for k, v in out.items()}
+        out = treemap_numpy(out)
+        finite = out.pop('finite', None)
+        if finite is not None:
+            bad = [k for k, v in elements.tree.flatdict(finite).items()
+                   if not np.asarray(v).all()]
+            if bad:
+                raise FloatingPointError(
+                    f'policy: non-finite values in {", ".join(sorted(bad))}.')
         return carry, act, out
 
     def train(self, carry, data):
-        data = self._prepare_batch(data)
+        data = self._prepare_batch(data, 'train')
         with self._state_lock:
             state, carry, outs, metrics = self._jit_train(
                 self._state, carry, data, self._seed('train'))
@@ -157,17 +139,17 @@ class Agent(embodied.Agent):
             # Fetching the results waits for the update to finish; only then
             # are the new parameters published. Published earlier, they would
             # make the policy wait for the whole update.
-            outs, metrics = treelib.to_numpy((outs, metrics))
+            outs, metrics = treemap_numpy((outs, metrics))
             self._publish_policy_params()
         self._check_finite(metrics, 'train')
         return carry, outs, metrics
 
     def report(self, carry, data):
-        data = self._prepare_batch(data)
+        data = self._prepare_batch(data, 'report')
         with self._state_lock:
             carry, metrics = self._jit_report(
                 self._state, carry, data, self._seed('report'))
-        metrics = treelib.to_numpy(metrics)
+        metrics = treemap_numpy(metrics)
         self._check_finite(metrics, 'report')
         return carry, metrics
 
@@ -178,24 +160,23 @@ class Agent(embodied.Agent):
         which only the caller's own progress releases)."""
         return st
 
-    @property
-    def ext_space(self):
-        return self.model.ext_space
-
     # Checkpoints
 
     def save(self):
+        """The parameters by name plus the random streams' positions
+        (`rng/...`), as numpy arrays."""
         with self._state_lock:
-            flat = self._named(self._state)
-            data = {k: np.asarray(v) for k, v in jax.device_get(flat).items()}
-            data.update(self._rng_state())
-            return data
+            data = {
+                k: np.asarray(v)
+                for k, v in jax.device_get(self._state).items()}
+        data.update(self._rng_state())
+        return data
 
     def load(self, data, regex=None):
         """Restores the saved state; with `regex`, only the entries whose
         names match it (`re.search`), e.g. '^(enc|dyn)/'."""
         with self._state_lock:
-            current = self._named(self._state)
+            current = dict(self._state)
             current.update(self._rng_state())
             pattern = re.compile(regex) if regex else None
             wanted = [k for k in current if not pattern or pattern.search(k)]
@@ -217,14 +198,75 @@ class Agent(embodied.Agent):
                     raise ValueError(
                         f"Checkpoint entry '{key}' has shape {value.shape}, "
                         f"the agent expects {current[key].shape}.")
-                values[self._unname(key)] = value.astype(current[key].dtype)
+                values[key] = value.astype(current[key].dtype)
             self._set_rng_state({
                 k: data[k] for k in wanted if k.startswith('rng/')})
-            state = treelib.replace(self._state, values)
-            self._state = jax.device_put(state, self._train_replicated)
+            state = {**self._state, **jax.device_put(
+                values, self._train_replicated)}
+            self._state = state
             self._publish_policy_params()
 
-    # Internals
+    # Construction
+
+    def _build(self, model, obs_space, act_space, config, runtime):
+        self.model = model
+        self.obs_space = obs_space
+        self.act_space = act_space
+        self.config = config
+        self.runtime = runtime
+        ext_space = dict(model.ext_space)
+        for name, space in (('observation', obs_space), ('action', act_space)):
+            clash = sorted(space.keys() & ext_space.keys())
+            if clash:
+                raise ValueError(
+                    f'{type(model).__name__}.ext_space reuses {name} keys '
+                    f'{clash}.')
+        self.spaces = {**obs_space, **act_space, **ext_space}
+        self.banner = getattr(model, 'banner', [])
+        # Per-call seeds derive from (seed, stream, call count); checkpoints
+        # store them so a restored agent continues the same random streams.
+        self._seed_base = int(config.seed)
+        self._calls = {name: 0 for name in SEED_STREAMS}
+        self._policy_pattern = re.compile(model.policy_keys)
+        self._state_lock = threading.Lock()
+        self._setup_shardings()
+        self._compile(model)
+        with self._state_lock:
+            self._state = self._init_state()
+            self._select_policy_keys()
+            self._publish_policy_params()
+
+    def _init_state(self):
+        """Creates the parameters by tracing `init_train` and `train` on a
+        zero batch; only the created entries are computed."""
+        batch = max(1, len(self.runtime.train_devices))
+        length = int(self.config.get('batch_length', 1)) + int(
+            self.config.get('replay_context', 0))
+        data = {
+            k: np.zeros((batch, length, *v.shape), v.dtype)
+            for k, v in self.spaces.items()}
+        init_train = nj.pure(self.model.init_train)
+        train = nj.pure(self.model.train)
+
+        def init(seed, data):
+            state, carry = init_train(
+                {}, batch, seed=seed, create=True, modify=True)
+            state, _ = train(
+                state, carry, data, seed=seed, create=True, modify=True,
+                ignore=True)
+            return state
+
+        init = self._jit(init)
+        state = init(self._seed('init'), jax.device_put(data, self._train_batch))
+        return jax.device_put(state, self._train_replicated)
+
+    def _select_policy_keys(self):
+        self._policy_names = sorted(
+            k for k in self._state if self._policy_pattern.search(k))
+        if not self._policy_names and self.runtime.enable_policy:
+            raise ValueError(
+                f"policy_keys '{self.model.policy_keys}' matches no parameter; "
+                f"names look like {', '.join(list(self._state)[:5])}.")
 
     def _setup_shardings(self):
         def shardings(devices):
@@ -240,14 +282,23 @@ class Agent(embodied.Agent):
     def _jit(self, fn, **kwargs):
         return jax.jit(fn, **kwargs) if self.runtime.jit else fn
 
-    def _compile(self):
-        model = self.model
+    def _compile(self, model):
+        pure = {
+            name: nj.pure(getattr(model, name)) for name in (
+                'init_policy', 'init_train', 'init_report', 'policy',
+                'train', 'report')}
+
+        def init_carry(name):
+            def fn(params, seed, batch_size):
+                _, carry = pure[name](params, batch_size, seed=seed)
+                return carry
+            return fn
 
         def policy(params, carry, obs, seed, mode, split):
             if split:
                 carry = jax.tree.map(jnp.stack, carry, is_leaf=_islist)
-            key = jax.random.PRNGKey(seed)
-            carry, act, out = model.policy(params, carry, obs, key, mode)
+            _, (carry, act, out) = pure['policy'](
+                params, carry, obs, mode, seed=seed, modify=False)
             if split:
                 size = len(jax.tree.leaves(obs)[0])
                 carry = jax.tree.map(
@@ -255,50 +306,40 @@ class Agent(embodied.Agent):
             return carry, act, out
 
         def train(state, carry, data, seed):
-            return model.train(state, carry, data, jax.random.PRNGKey(seed))
+            state, (carry, outs, metrics) = pure['train'](
+                state, carry, data, seed=seed)
+            return state, carry, outs, metrics
 
         def report(state, carry, data, seed):
-            return model.report(state, carry, data, jax.random.PRNGKey(seed))
+            _, (carry, metrics) = pure['report'](state, carry, data, seed=seed)
+            return carry, metrics
 
-        if self.runtime.jit:
-            self._jit_policy = jax.jit(policy, static_argnames=('mode', 'split'))
-            # The state is donated so the update happens in place; the
-            # policy never reads it (it has its own copy), so no race.
-            self._jit_train = jax.jit(train, donate_argnums=(0, 1))
-            self._jit_report = jax.jit(report)
-            static = dict(static_argnums=0)
-            self._jit_init_policy = jax.jit(model.init_policy, **static)
-            self._jit_init_train = jax.jit(model.init_train, **static)
-            self._jit_init_report = jax.jit(model.init_report, **static)
-        else:
-            self._jit_policy = policy
-            self._jit_train, self._jit_report = train, report
-            self._jit_init_policy = model.init_policy
-            self._jit_init_train = model.init_train
-            self._jit_init_report = model.init_report
+        static = dict(static_argnums=2)
+        self._jit_init_policy = self._jit(init_carry('init_policy'), **static)
+        self._jit_init_train = self._jit(init_carry('init_train'), **static)
+        self._jit_init_report = self._jit(init_carry('init_report'), **static)
+        self._jit_policy = self._jit(policy, static_argnames=('mode', 'split'))
+        # The state and carry are donated so the update happens in place;
+        # the policy never reads them (it has its own copy), so no race.
+        self._jit_train = self._jit(train, donate_argnums=(0, 1))
+        self._jit_report = self._jit(report)
+
+    # Internals
+
+    def _require_policy(self, method):
+        if not self.runtime.enable_policy:
+            raise RuntimeError(
+                f'{method}() called on an agent built with jax.enable_policy '
+                'False (a train-only agent).')
 
     def _publish_policy_params(self):
         """Copies the policy's parameters to the policy devices (a real copy:
         the train state is donated to the next update)."""
         if not self.runtime.enable_policy:
             return
-        params = {
-            k: v for k, v in self._state['params'].items()
-            if self._policy_pattern.search(k + '/')}
+        params = {k: self._state[k] for k in self._policy_names}
         self._policy_params = jax.device_put(
             params, self._policy_replicated, may_alias=False)
-
-    def _named(self, state):
-        flat = treelib.flatten(state)
-        return {self._rename(k): v for k, v in flat.items()}
-
-    @staticmethod
-    def _rename(name):
-        return name[len('params/'):] if name.startswith('params/') else name
-
-    def _unname(self, name):
-        return name if name.split('/')[0] in self._state and (
-            name.split('/')[0] != 'params') else f'params/{name}'
 
     def _prepare_obs(self, obs):
         prepared = {}
@@ -310,21 +351,28 @@ class Agent(embodied.Agent):
             prepared[key] = np.asarray(obs[key], space.dtype)
         return jax.device_put(prepared, self._policy_batch)
 
-    def _prepare_batch(self, data):
-        keys = self.model.batch_keys([
-            k for k, v in data.items()
-            if not k.startswith('log/') and _is_numeric(v)])
-        return jax.device_put({k: data[k] for k in keys}, self._train_batch)
-
-    def _key(self, name):
-        return jax.random.PRNGKey(self._seed(name))
+    def _prepare_batch(self, data, method):
+        """The batch's keys that the model declared (observations, actions,
+        ext_space), moved to the train devices. Extra keys (log/..., strings,
+        replay bookkeeping) are left out; an ext_space key the replay does not
+        provide is left out too."""
+        needed = [*self.obs_space, *self.act_space]
+        missing = [k for k in needed if k not in data]
+        if missing:
+            raise KeyError(
+                f'{method}: batch lacks {", ".join(missing)}; got keys '
+                f'{sorted(data)}.')
+        batch = {
+            k: np.asarray(data[k], self.spaces[k].dtype)
+            for k in self.spaces if k in data}
+        return jax.device_put(batch, self._train_batch)
 
     def _seed(self, name):
         count = self._calls[name]
         self._calls[name] = count + 1
         index = SEED_STREAMS.index(name)
         sequence = np.random.SeedSequence([self._seed_base, index, count])
-        return np.uint32(sequence.generate_state(1)[0])
+        return sequence.generate_state(2).astype(np.uint32)
 
     def _rng_state(self):
         state = {f'rng/{k}': np.int64(v) for k, v in self._calls.items()}
@@ -356,7 +404,14 @@ class Agent(embodied.Agent):
                 f'{where}: non-finite metrics {", ".join(sorted(bad))}.')
 
 
-def _is_numeric(value):
-    dtype = getattr(value, 'dtype', None)
-    return dtype is not None and (
-        np.issubdtype(dtype, np.number) or dtype == bool)
+def _islist(x):
+    return isinstance(x, list)
+
+
+def treemap_numpy(tree):
+    """Device arrays to numpy; bfloat16 becomes float32 (loggers and the
+    replay cannot take bfloat16)."""
+    def convert(x):
+        x = np.asarray(x)
+        return x.astype(np.float32) if x.dtype == jnp.bfloat16 else x
+    return jax.tree.map(convert, jax.device_get(tree))

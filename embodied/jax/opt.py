@@ -1,78 +1,196 @@
-"""The DreamerV3 optimizer as a chain of optax gradient transformations:
-adaptive gradient clipping, LaProp (normalise by the RMS first, then apply
-momentum), optional weight decay and a learning-rate schedule with warmup."""
+"""The optimizer module and the gradient transformations DreamerV3 chains,
+with the original `embodied.jax.opt` API."""
 
-import re
+import math
 
 import jax
 import jax.numpy as jnp
+import ninjax as nj
 import optax
 
-SCHEDULES = ('const', 'linear', 'cosine')
+from . import internal
+from . import nets
+
+f32 = jnp.float32
+i32 = jnp.int32
+sg = jax.lax.stop_gradient
+
+
+class Optimizer(nj.Module):
+    """Differentiates a loss with respect to the parameters of `modules` and
+    applies the optax transformation `opt` to them in place.
+
+    `opt(lossfn, *args, has_aux=False, **kwargs)` returns a dict of metrics
+    named '<optimizer name>/...' (and the loss function's aux output with
+    `has_aux`). The loss must be a float32 scalar. Under a float16 compute
+    dtype the loss is scaled dynamically and steps with non-finite gradients
+    are skipped."""
+
+    summary_depth: int = 2
+
+    def __init__(self, modules, opt):
+        self.modules = modules if isinstance(modules, (list, tuple)) else (
+            modules,)
+        self.opt = opt
+        self.step = nj.Variable(jnp.array, 0, i32, name='step')
+        self.scaling = nets.COMPUTE_DTYPE == jnp.float16
+        if self.scaling:
+            self.opt = optax.apply_if_finite(
+                self.opt, max_consecutive_errors=1000)
+            self.grad_scale = nj.Variable(
+                jnp.array, 1e4, f32, name='grad_scale')
+            self.good_steps = nj.Variable(jnp.array, 0, i32, name='good_steps')
+
+    def __call__(self, lossfn, *args, has_aux=False, **kwargs):
+        metrics = {}
+
+        def scaled_loss(*args, **kwargs):
+            result = lossfn(*args, **kwargs)
+            loss, aux = result if has_aux else (result, None)
+            if loss.dtype != f32 or loss.shape != ():
+                raise ValueError(
+                    f'Optimizer {self.name}: the loss must be a float32 '
+                    f'scalar, got {loss.dtype} of shape {loss.shape}.')
+            if self.scaling:
+                loss = loss * sg(self.grad_scale.read())
+            return loss, aux
+
+        loss, params, grads, aux = nj.grad(
+            scaled_loss, self.modules, has_aux=True)(*args, **kwargs)
+        if self.scaling:
+            loss = loss / self.grad_scale.read()
+
+        counts = {k: math.prod(v.shape) for k, v in params.items()}
+        if nj.creating():
+            print(self._summarize_params(counts, self.summary_depth))
+
+        axes = internal.get_data_axes()
+        if axes:
+            grads = jax.tree.map(lambda x: jax.lax.pmean(x, axes), grads)
+        if self.scaling:
+            inverse = 1 / self.grad_scale.read()
+            grads = jax.tree.map(lambda x: x * inverse, grads)
+
+        state = self.sub('state', nj.Tree, self.opt.init, params)
+        updates, new_state = self.opt.update(grads, state.read(), params)
+        nj.context().update(optax.apply_updates(params, updates))
+        state.write(new_state)
+
+        grad_norm = optax.global_norm(grads)
+        if self.scaling:
+            finite = jnp.isfinite(grad_norm)
+            self._update_scale(finite)
+            grad_norm = jnp.where(finite, grad_norm, jnp.nan)
+            self.step.write(self.step.read() + i32(finite))
+            metrics['grad_scale'] = self.grad_scale.read()
+            metrics['grad_overflow'] = f32(~finite)
+        else:
+            self.step.write(self.step.read() + 1)
+        metrics['loss'] = loss.mean()
+        metrics['updates'] = self.step.read()
+        metrics['grad_norm'] = grad_norm
+        metrics['grad_rms'] = nets.rms(grads)
+        metrics['update_rms'] = nets.rms(updates)
+        metrics['param_rms'] = nets.rms([m.values for m in self.modules])
+        metrics['param_count'] = jnp.array(list(counts.values()), f32).sum()
+        metrics = {f'{self.name}/{k}': v for k, v in metrics.items()}
+        return (metrics, aux) if has_aux else metrics
+
+    def _update_scale(self, finite):
+        # After 1000 finite steps in a row the scale doubles; a non-finite
+        # step halves it and restarts the count.
+        good = self.good_steps.read()
+        scale = self.grad_scale.read()
+        keep = finite & (good < 1000)
+        grow = finite & (good >= 1000)
+        self.good_steps.write(i32(keep) * (good + 1))
+        scale = jnp.where(grow, 2 * scale, jnp.where(finite, scale, scale / 2))
+        self.grad_scale.write(jnp.clip(scale, 1e-4, 1e5))
+        return finite
+
+    def _summarize_params(self, counts, depth):
+        totals = {}
+        for key, count in counts.items():
+            parts = key.split('/')
+            for i in range(min(len(parts), depth)):
+                prefix = '/'.join(parts[:i + 1])
+                totals[prefix] = totals.get(prefix, 0) + count
+        lines = [f'Optimizer {self.name} has {sum(counts.values()):,} params:']
+        for prefix, count in sorted(totals.items(), key=lambda x: -x[1]):
+            lines.append(f'{count:>14,} {prefix}')
+        return '\n'.join(lines)
 
 
 def clip_by_agc(clip=0.3, pmin=1e-3):
-    """Scales each parameter's update so its norm is at most `clip` times the
-    parameter's norm (at least `pmin`). Per tensor, as in DreamerV3; optax's
-    `adaptive_grad_clip` clips per output unit instead."""
+    """Adaptive gradient clipping per tensor: scales each update down so its
+    norm is at most `clip` times its parameter's norm (at least `pmin`).
+    `clip=0` disables it."""
 
     def init_fn(params):
-        del params
-        return optax.EmptyState()
+        return ()
 
     def update_fn(updates, state, params=None):
+        if not clip:
+            return updates, ()
         if params is None:
-            raise ValueError('clip_by_agc needs the params.')
+            raise ValueError('clip_by_agc needs the params in update().')
 
-        def clip_one(update, param):
-            unorm = jnp.linalg.norm(update.reshape(-1))
-            pnorm = jnp.linalg.norm(param.reshape(-1))
+        def fn(param, update):
+            unorm = jnp.linalg.norm(update.reshape(-1), 2)
+            pnorm = jnp.linalg.norm(param.reshape(-1), 2)
             upper = clip * jnp.maximum(pmin, pnorm)
-            return update / jnp.maximum(1.0, unorm / upper)
+            return update * (1 / jnp.maximum(1.0, unorm / upper))
 
-        if clip:
-            updates = jax.tree.map(clip_one, updates, params)
-        return updates, state
+        return jax.tree.map(fn, params, updates), ()
 
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def make_optimizer(
-        lr=4e-5, agc=0.3, eps=1e-20, beta1=0.9, beta2=0.999, momentum=True,
-        wd=0.0, wdregex=r'/kernel$', schedule='const', warmup=1000, anneal=0):
-    """Builds the optimizer from the original's `opt` config keys."""
-    if schedule not in SCHEDULES:
-        raise ValueError(
-            f"Unsupported opt.schedule '{schedule}'; choose one of "
-            f"{', '.join(SCHEDULES)}.")
-    if schedule != 'const' and anneal <= warmup:
-        raise ValueError(
-            f"opt.schedule '{schedule}' needs opt.anneal > opt.warmup "
-            f"(got anneal {anneal}, warmup {warmup}).")
-    chain = [
-        clip_by_agc(agc),
-        optax.scale_by_rms(beta2, eps, eps_in_sqrt=False, bias_correction=True),
-    ]
-    if momentum:
-        chain.append(optax.ema(beta1, debias=True))
-    if wd:
-        pattern = re.compile(wdregex)
-        chain.append(optax.add_decayed_weights(wd, lambda params: _mask(
-            params, pattern)))
-    if schedule == 'const':
-        sched = optax.constant_schedule(lr)
-    elif schedule == 'linear':
-        sched = optax.linear_schedule(lr, 0.1 * lr, anneal - warmup)
-    else:
-        sched = optax.cosine_decay_schedule(lr, anneal - warmup, 0.1)
-    if warmup:
-        ramp = optax.linear_schedule(0.0, lr, warmup)
-        sched = optax.join_schedules([ramp, sched], [warmup])
-    chain.append(optax.scale_by_learning_rate(sched))
-    return optax.chain(*chain)
+def _debias(moment, beta, step):
+    correction = 1 - beta ** step.astype(f32)
+    return jax.tree.map(lambda x: x / correction.astype(x.dtype), moment)
 
 
-def _mask(params, pattern):
-    from .tree import path_str
-    return jax.tree_util.tree_map_with_path(
-        lambda path, _: bool(pattern.search('/' + path_str(path))), params)
+def _increment(step):
+    return jnp.where(step < jnp.iinfo(i32).max, step + 1, step)
+
+
+def scale_by_rms(beta=0.999, eps=1e-8):
+    """Divides updates by the root of a debiased moving average of their
+    squares (plus `eps`); with momentum after it, this is LaProp."""
+
+    def init_fn(params):
+        nu = jax.tree.map(lambda x: jnp.zeros_like(x, f32), params)
+        return (jnp.zeros((), i32), nu)
+
+    def update_fn(updates, state, params=None):
+        step, nu = state
+        step = _increment(step)
+        nu = jax.tree.map(
+            lambda v, u: beta * v + (1 - beta) * (u * u), nu, updates)
+        nu_hat = _debias(nu, beta, step)
+        updates = jax.tree.map(
+            lambda u, v: u / (jnp.sqrt(v) + eps), updates, nu_hat)
+        return updates, (step, nu)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def scale_by_momentum(beta=0.9, nesterov=False):
+    """Replaces updates by their debiased moving average (Nesterov style:
+    the average one step ahead)."""
+
+    def init_fn(params):
+        mu = jax.tree.map(lambda x: jnp.zeros_like(x, f32), params)
+        return (jnp.zeros((), i32), mu)
+
+    def update_fn(updates, state, params=None):
+        step, mu = state
+        step = _increment(step)
+        ema = lambda m: jax.tree.map(
+            lambda m, u: beta * m + (1 - beta) * u, m, updates)
+        mu = ema(mu)
+        mu_hat = _debias(ema(mu) if nesterov else mu, beta, step)
+        return mu_hat, (step, mu)
+
+    return optax.GradientTransformation(init_fn, update_fn)

@@ -1,10 +1,9 @@
 """DreamerV3 (Hafner et al., Nature 2025), written from the paper on the
-`embodied.jax` agent base: `embodied.agents.dreamerv3:Agent`.
+`embodied.jax` modules and agent base: `embodied.agents.dreamerv3:Agent`.
 
-Modules: `networks` (encoder, decoder, MLP heads), `rssm` (the recurrent
-state-space model), `returns` (lambda-returns, EMA normalisers), `model`
-(the losses and the pure train/policy/report functions), `settings` (checks
-the `agent` config block), `agent` (the embodied.Agent).
+Modules: `rssm` (the recurrent state-space model, encoder and decoder),
+`returns` (lambda-returns), `settings` (checks the `agent` config block),
+`agent` (the losses and the agent).
 
 The config keys are the original's `agent` block (configs/dreamerv3.yaml).
 Values this implementation does not support raise `UnsupportedConfig`:
@@ -17,7 +16,6 @@ videos.
 """
 
 from .agent import Agent
-from .model import DreamerModel
 from .settings import UnsupportedConfig
 
-__all__ = ['Agent', 'DreamerModel', 'UnsupportedConfig']
+__all__ = ['Agent', 'UnsupportedConfig']

@@ -1,11 +1,12 @@
 """Checks the `agent` config block: every value must be one we implement.
 All problems are collected and reported together."""
 
+import embodied.jax
 from embodied.jax import nets
 
-from . import networks, returns
-
 LOSSES = ('rec', 'rew', 'con', 'dyn', 'rep', 'policy', 'value', 'repval')
+SCALAR_OUTPUTS = ('symexp_twohot', 'mse', 'symlog_mse')
+SCHEDULES = ('const', 'linear', 'cosine')
 
 
 class UnsupportedConfig(ValueError):
@@ -21,17 +22,25 @@ def check(config):
                 f"agent.{key} is {value!r}; supported: "
                 f"{', '.join(map(repr, allowed))}")
 
+    def valid(key, value, parse):
+        try:
+            parse(value)
+        except ValueError as e:
+            errors.append(f'agent.{key} is {value!r}: {e}')
+
     choice('dyn.typ', config.dyn.typ, ('rssm',))
     choice('enc.typ', config.enc.typ, ('simple',))
     choice('dec.typ', config.dec.typ, ('simple',))
     choice('policy_dist_disc', config.policy_dist_disc, ('categorical',))
     choice('policy_dist_cont', config.policy_dist_cont, ('bounded_normal',))
-    choice('rewhead.output', config.rewhead.output, networks.SCALAR_OUTPUTS)
-    choice('value.output', config.value.output, networks.SCALAR_OUTPUTS)
+    choice('rewhead.output', config.rewhead.output, SCALAR_OUTPUTS)
+    choice('value.output', config.value.output, SCALAR_OUTPUTS)
     choice('conhead.output', config.conhead.output, ('binary',))
     choice('report_gradnorms', config.report_gradnorms, (False,))
+    choice('opt.schedule', config.opt.schedule, SCHEDULES)
     for name in ('retnorm', 'valnorm', 'advnorm'):
-        choice(f'{name}.impl', config[name].impl, returns.NORM_IMPLS)
+        choice(
+            f'{name}.impl', config[name].impl, embodied.jax.Normalize.IMPLS)
     sections = {
         'dyn.rssm': config.dyn.rssm, 'enc.simple': config.enc.simple,
         'dec.simple': config.dec.simple, 'rewhead': config.rewhead,
@@ -39,11 +48,11 @@ def check(config):
         'value': config.value}
     for name, section in sections.items():
         if 'act' in section:
-            choice(f'{name}.act', section.act, tuple(nets.ACTS))
+            valid(f'{name}.act', section.act, nets.act)
         if 'norm' in section:
-            choice(f'{name}.norm', section.norm, nets.NORMS)
+            choice(f'{name}.norm', section.norm, nets.Norm.IMPLS)
         if 'winit' in section:
-            choice(f'{name}.winit', section.winit, nets.WINITS)
+            valid(f'{name}.winit', section.winit, nets.init)
     if set(config.loss_scales) != set(LOSSES):
         errors.append(
             f'agent.loss_scales has keys {sorted(config.loss_scales)}; '
