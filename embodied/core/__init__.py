@@ -6,6 +6,7 @@ from .random_agent import RandomAgent
 from .replay import Replay
 
 from . import checkpoint
+from . import checks
 from . import clock
 from . import limiters
 from . import replay

@@ -17,7 +17,7 @@ import threading
 import elements
 import numpy as np
 
-from . import base
+from . import base, checks
 
 
 def _save(source):
@@ -75,13 +75,8 @@ class Consec(base.Stream):
     def __init__(
             self, source, length, consec, prefix=0, strict=True,
             contiguous=False):
-        for name, value, least in (
-                ('length', length, 1), ('consec', consec, 1),
-                ('prefix', prefix, 0)):
-            if int(value) != value or value < least:
-                raise ValueError(
-                    f'Consec: {name} must be an integer >= {least}, '
-                    f'got {value!r}.')
+        checks.integers('Consec', 1, length=length, consec=consec)
+        checks.integers('Consec', 0, prefix=prefix)
         self.source = source
         self.length = int(length)
         self.consec = int(consec)
@@ -176,19 +171,15 @@ class Prefetch(base.Stream):
     _END = object()
 
     def __init__(self, source, transform=None, amount=1):
-        if int(amount) != amount or amount < 1:
-            raise ValueError(
-                f'Prefetch: amount must be an integer >= 1, got {amount!r}.')
+        checks.integers('Prefetch', 1, amount=amount)
         if not hasattr(source, '__iter__') and callable(source):
             source = source()
         self.source = iter(source)
         self.transform = transform or (lambda x: x)
         self.amount = int(amount)
         self.state = _save(self.source)
-        self.results = None
-        self.slots = None
-        self.stop = None
-        self.worker = None
+        # The thread and its queues are made by the first next().
+        self.results = self.slots = self.stop = self.worker = None
         self.error = None
         self.closed = False
 

@@ -13,7 +13,7 @@ import threading
 import elements
 import numpy as np
 
-from embodied.core import base
+from embodied.core import base, checks
 
 NOOP, FIRE, UP = 0, 1, 2  # ALE's action numbers.
 
@@ -52,13 +52,8 @@ class Atari(base.Env):
         _choice('actions', actions, ('all', 'needed'))
         _choice('resize', resize, ('opencv', 'pillow'))
         _choice('aggregate', aggregate, ('max', 'mean'))
-        for key, value, least in (
-                ('repeat', repeat, 1), ('pooling', pooling, 1),
-                ('noops', noops, 0)):
-            if int(value) != value or value < least:
-                raise ValueError(
-                    f'Atari: {key} must be an integer >= {least}, got '
-                    f'{value!r}.')
+        checks.integers('Atari', 1, repeat=repeat, pooling=pooling)
+        checks.integers('Atari', 0, noops=noops)
         size = tuple(int(x) for x in size)
         if len(size) != 2 or min(size) < 1:
             raise ValueError(
