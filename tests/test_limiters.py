@@ -4,6 +4,7 @@ import threading
 import numpy as np
 import pytest
 
+import helpers
 from embodied.core import limiters
 from embodied.core.limiters import SamplesPerInsert
 
@@ -241,19 +242,11 @@ def test_wait_without_reports_prints_nothing(capsys):
 
 def test_release_unblocks_a_wait():
     release = threading.Event()
-    outcome = []
-
-    def waiter():
-        try:
-            limiters.wait(lambda: False, 'blocked forever', release=release)
-        except limiters.Released as e:
-            outcome.append(e)
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    release.set()
-    thread.join(timeout=10)
-    assert not thread.is_alive()
-    assert len(outcome) == 1 and 'blocked forever' in str(outcome[0])
+    error = helpers.released_error(
+        lambda: limiters.wait(
+            lambda: False, 'blocked forever', release=release),
+        release.set)
+    assert 'blocked forever' in str(error)
 
 
 def test_wait_on_condition_wakes_on_notify_and_release():

@@ -8,8 +8,8 @@ import sys
 import elements
 import numpy as np
 import pytest
-from PIL import Image
 
+import helpers
 import launch
 from embodied import outputs
 from embodied.outputs import jsonl
@@ -23,16 +23,6 @@ def read_events(logdir):
         str(logdir), size_guidance={ea.SCALARS: 0, ea.IMAGES: 0})
     acc.Reload()
     return acc
-
-
-def gif_frames(encoded):
-    with Image.open(io.BytesIO(encoded)) as image:
-        assert image.format == 'GIF'
-        frames = []
-        for index in range(image.n_frames):
-            image.seek(index)
-            frames.append(np.asarray(image.convert('RGB')))
-    return frames
 
 
 def test_jsonl_times_interpolated_by_step_between_writes(tmp_path, monkeypatch):
@@ -100,7 +90,7 @@ def test_tensorboard_output_scalars_images_and_video(tmp_path):
     assert [e.step for e in videos] == [5, 10, 15]
     for i, event in enumerate(videos):
         assert (event.width, event.height) == (8, 6)
-        frames = gif_frames(event.encoded_image_string)
+        frames = helpers.gif_frames(io.BytesIO(event.encoded_image_string))
         assert len(frames) == i + 5
         assert [int(f[0, 0, 0]) for f in frames] == [20 * k for k in range(i + 5)]
 
@@ -138,5 +128,5 @@ def test_run_writes_tensorboard_and_timed_scores(tmp_path, script):
     videos = acc.Images('epstats/policy_image')
     assert videos
     for event in videos:
-        frames = gif_frames(event.encoded_image_string)
+        frames = helpers.gif_frames(io.BytesIO(event.encoded_image_string))
         assert len(frames) % (length + 1) == 0, len(frames)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import embodied
-from embodied.core import limiters
+import helpers
 from embodied.core import selectors
 from embodied.core.replay import Replay
 
@@ -250,19 +250,8 @@ def test_sampling_an_empty_replay_waits_for_data():
 
 def test_close_releases_a_waiting_sampler():
     replay = Replay(length=3)
-    errors = []
-
-    def sample():
-        try:
-            replay.sample(1)
-        except limiters.Released as e:
-            errors.append(e)
-    thread = threading.Thread(target=sample)
-    thread.start()
-    replay.close()
-    thread.join(timeout=10)
-    assert not thread.is_alive()
-    assert 'empty' in str(errors[0])
+    error = helpers.released_error(lambda: replay.sample(1), replay.close)
+    assert 'empty' in str(error)
 
 
 def test_save_then_load_restores_the_same_items(tmp_path):

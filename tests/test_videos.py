@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import helpers
 import launch
 from embodied.envs import dummy
 from embodied.outputs import gif
@@ -13,16 +14,6 @@ from embodied.run import videos
 
 LENGTH = 12
 SIZE = (16, 24)
-
-
-def read_gif(path):
-    with Image.open(path) as image:
-        assert image.format == 'GIF'
-        frames = []
-        for index in range(image.n_frames):
-            image.seek(index)
-            frames.append(np.asarray(image.convert('RGB')))
-    return frames
 
 
 def closest_count(frame):
@@ -51,7 +42,7 @@ def test_eval_only_saves_episodes_of_a_saved_agent_as_gifs(tmp_path):
     assert len(re.findall(r'Saved \d+ frames of episode', result.stdout)) == 3
     for path in files:
         assert re.fullmatch(r'image-step\d+-env[01]\.gif', path.name)
-        frames = read_gif(path)
+        frames = helpers.gif_frames(path)
         # An episode: the reset observation and LENGTH steps.
         assert len(frames) == LENGTH + 1
         assert frames[0].shape == SIZE + (3,)
@@ -66,7 +57,7 @@ def test_gif_frames_and_duration(tmp_path):
     frames = dummy.image_for(np.arange(5), (8, 8))
     path = tmp_path / 'x.gif'
     gif.write(path, frames, fps=10)
-    back = read_gif(path)
+    back = helpers.gif_frames(path)
     assert len(back) == 5
     with Image.open(path) as image:
         assert image.info['duration'] == 100

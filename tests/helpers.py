@@ -1,0 +1,50 @@
+"""Small helpers shared by several test modules."""
+
+import threading
+
+import elements
+import numpy as np
+from PIL import Image
+
+from embodied.core import limiters
+
+# A small vector task with two discrete actions, for building agents.
+OBS_SPACE = {
+    'vector': elements.Space(np.float32, (4,)),
+    'reward': elements.Space(np.float32),
+    'is_first': elements.Space(bool),
+    'is_last': elements.Space(bool),
+    'is_terminal': elements.Space(bool),
+}
+ACT_SPACE = {'action': elements.Space(np.int32, (), 0, 2)}
+
+
+def gif_frames(source):
+    """The RGB frames of a GIF, from a path or a binary file object."""
+    with Image.open(source) as image:
+        assert image.format == 'GIF'
+        frames = []
+        for index in range(image.n_frames):
+            image.seek(index)
+            frames.append(np.asarray(image.convert('RGB')))
+    return frames
+
+
+def released_error(blocked, release):
+    """Calls `blocked()` in a thread, then `release()`; returns the
+    `limiters.Released` that `blocked()` raised, after checking that the
+    thread ended and raised exactly that."""
+    errors = []
+
+    def target():
+        try:
+            blocked()
+        except limiters.Released as e:
+            errors.append(e)
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    release()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), 'still blocked after the release'
+    assert len(errors) == 1, errors
+    return errors[0]
