@@ -91,17 +91,15 @@ class Agent(embodied.Agent):
         return jax.device_put(carry, self._policy_batch)
 
     def init_train(self, batch_size):
-        self._check_divisible(batch_size, self.runtime.train_devices, 'train')
-        with self._state_lock:
-            carry = self._jit_init_train(
-                self._state, self._seed('init'), batch_size)
-        return jax.device_put(carry, self._train_batch)
+        return self._init_train_carry(self._jit_init_train, batch_size)
 
     def init_report(self, batch_size):
+        return self._init_train_carry(self._jit_init_report, batch_size)
+
+    def _init_train_carry(self, jitted, batch_size):
         self._check_divisible(batch_size, self.runtime.train_devices, 'train')
         with self._state_lock:
-            carry = self._jit_init_report(
-                self._state, self._seed('init'), batch_size)
+            carry = jitted(self._state, self._seed('init'), batch_size)
         return jax.device_put(carry, self._train_batch)
 
     # Acting and learning

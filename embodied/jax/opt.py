@@ -155,13 +155,16 @@ def _increment(step):
     return jnp.where(step < jnp.iinfo(i32).max, step + 1, step)
 
 
+def _step_and_zeros(params):
+    # The state of a debiased moving average: its step and an f32 zero per
+    # parameter.
+    return (jnp.zeros((), i32), jax.tree.map(
+        lambda x: jnp.zeros_like(x, f32), params))
+
+
 def scale_by_rms(beta=0.999, eps=1e-8):
     """Divides updates by the root of a debiased moving average of their
     squares (plus `eps`); with momentum after it, this is LaProp."""
-
-    def init_fn(params):
-        nu = jax.tree.map(lambda x: jnp.zeros_like(x, f32), params)
-        return (jnp.zeros((), i32), nu)
 
     def update_fn(updates, state, params=None):
         step, nu = state
@@ -173,16 +176,12 @@ def scale_by_rms(beta=0.999, eps=1e-8):
             lambda u, v: u / (jnp.sqrt(v) + eps), updates, nu_hat)
         return updates, (step, nu)
 
-    return optax.GradientTransformation(init_fn, update_fn)
+    return optax.GradientTransformation(_step_and_zeros, update_fn)
 
 
 def scale_by_momentum(beta=0.9, nesterov=False):
     """Replaces updates by their debiased moving average (Nesterov style:
     the average one step ahead)."""
-
-    def init_fn(params):
-        mu = jax.tree.map(lambda x: jnp.zeros_like(x, f32), params)
-        return (jnp.zeros((), i32), mu)
 
     def update_fn(updates, state, params=None):
         step, mu = state
@@ -193,4 +192,4 @@ def scale_by_momentum(beta=0.9, nesterov=False):
         mu_hat = _debias(ema(mu) if nesterov else mu, beta, step)
         return mu_hat, (step, mu)
 
-    return optax.GradientTransformation(init_fn, update_fn)
+    return optax.GradientTransformation(_step_and_zeros, update_fn)
