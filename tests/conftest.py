@@ -1,4 +1,5 @@
-"""Shared test setup: CPU JAX, and no process of a test left behind."""
+"""Shared test setup: CPU JAX, no process of a test left behind, and the
+fixtures that pin the compute dtype of `embodied.jax.nets`."""
 
 import os
 import time
@@ -24,6 +25,24 @@ def _children():
             continue
         result[p.pid] = p
     return result
+
+
+@pytest.fixture
+def bf16_compute(monkeypatch):
+    """Pins `embodied.jax.nets.COMPUTE_DTYPE` to the original's default,
+    bfloat16: an agent built earlier in the same process sets the global
+    from its config."""
+    import jax.numpy as jnp
+    from embodied.jax import nets
+    monkeypatch.setattr(nets, 'COMPUTE_DTYPE', jnp.bfloat16)
+
+
+@pytest.fixture
+def f32_compute(bf16_compute, monkeypatch):
+    """Pins `embodied.jax.nets.COMPUTE_DTYPE` to float32."""
+    import jax.numpy as jnp
+    from embodied.jax import nets
+    monkeypatch.setattr(nets, 'COMPUTE_DTYPE', jnp.float32)
 
 
 @pytest.fixture(autouse=True)

@@ -13,16 +13,9 @@ import embodied.jax
 from embodied.jax import nets, opt
 
 
-@pytest.fixture(autouse=True)
-def bf16_compute(monkeypatch):
-    # The original's default; building an agent in the same process sets
-    # the global from its config, so every test pins it.
-    monkeypatch.setattr(nets, 'COMPUTE_DTYPE', jnp.bfloat16)
-
-
-@pytest.fixture
-def f32_compute(bf16_compute, monkeypatch):
-    monkeypatch.setattr(nets, 'COMPUTE_DTYPE', jnp.float32)
+# Building an agent in the same process sets the compute dtype from its
+# config, so every test pins it (see conftest.py).
+pytestmark = pytest.mark.usefixtures('bf16_compute')
 
 
 def run(fn, *args, state=None, seed=0, create=True):
