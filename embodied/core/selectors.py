@@ -22,7 +22,19 @@ import numpy as np
 from . import sumtree
 
 
-class Uniform:
+class _Keyed:
+    """What the selectors below share: their item keys in `self._keys`."""
+
+    def __len__(self):
+        return len(self._keys)
+
+    def _require_keys(self):
+        if not self._keys:
+            raise IndexError(
+                f'{type(self).__name__} selector is empty: nothing to sample.')
+
+
+class Uniform(_Keyed):
     """Every item is equally likely."""
 
     def __init__(self, seed=0):
@@ -30,12 +42,8 @@ class Uniform:
         self._indices = {}
         self._rng = np.random.default_rng(seed)
 
-    def __len__(self):
-        return len(self._keys)
-
     def __call__(self):
-        if not self._keys:
-            raise IndexError('Uniform selector is empty: nothing to sample.')
+        self._require_keys()
         return self._keys[int(self._rng.integers(len(self._keys)))]
 
     def __setitem__(self, key, stepids):
@@ -53,18 +61,14 @@ class Uniform:
             self._indices[last] = index
 
 
-class Fifo:
+class Fifo(_Keyed):
     """Always returns the oldest item."""
 
     def __init__(self):
         self._keys = collections.OrderedDict()
 
-    def __len__(self):
-        return len(self._keys)
-
     def __call__(self):
-        if not self._keys:
-            raise IndexError('Fifo selector is empty: nothing to sample.')
+        self._require_keys()
         return next(iter(self._keys))
 
     def __setitem__(self, key, stepids):
@@ -76,7 +80,7 @@ class Fifo:
         del self._keys[key]
 
 
-class Recency:
+class Recency(_Keyed):
     """Samples by age: the item added `age` items ago has weight `uprobs[age]`.
 
     `uprobs` holds unnormalised probabilities, newest first (e.g.
@@ -105,12 +109,8 @@ class Recency:
         self._present = set()
         self._rng = np.random.default_rng(seed)
 
-    def __len__(self):
-        return len(self._keys)
-
     def __call__(self):
-        if not self._keys:
-            raise IndexError('Recency selector is empty: nothing to sample.')
+        self._require_keys()
         ages = min(len(self._keys), len(self._cumsum))
         total = self._cumsum[ages - 1]
         age = int(np.searchsorted(
@@ -132,7 +132,7 @@ class Recency:
             self._keys.remove(key)
 
 
-class Prioritized:
+class Prioritized(_Keyed):
     """Samples items in proportion to the priority of their time steps.
 
     Each time step has a priority (`initial` until `prioritize` sets it); an
@@ -177,13 +177,8 @@ class Prioritized:
         self._free_steps = []
         self._prios = np.zeros(64, np.float64)
 
-    def __len__(self):
-        return len(self._keys)
-
     def __call__(self):
-        if not self._keys:
-            raise IndexError(
-                'Prioritized selector is empty: nothing to sample.')
+        self._require_keys()
         key = self._keys[self._tree.sample(self._rng)]
         if self.zero_on_sample:
             steps = self._steps[key]
