@@ -18,6 +18,13 @@ OBS_SPACE = {
 }
 ACT_SPACE = {'action': elements.Space(np.int32, (), 0, 2)}
 
+# The single-process and the parallel training script, each with flags for a
+# short run: `@pytest.mark.parametrize('script, flags', SCRIPTS)`.
+SCRIPTS = [
+    ('train', []),
+    ('parallel', ['--run.envs_per_worker', '2', '--run.eval_envs', '0']),
+]
+
 
 def gif_frames(source):
     """The RGB frames of a GIF, from a path or a binary file object."""

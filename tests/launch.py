@@ -27,6 +27,19 @@ def command(*flags, module='embodied.main', script=None):
     return [sys.executable, *entry, *map(str, flags)]
 
 
+def assert_imports_without(modules, absent):
+    """Imports `modules` in a fresh interpreter and fails unless none of
+    the `absent` modules was imported with them."""
+    code = (
+        f'import sys, {", ".join(modules)}; '
+        f'bad = [m for m in {tuple(absent)!r} if m in sys.modules]; '
+        'assert not bad, bad')
+    result = subprocess.run(
+        [sys.executable, '-c', code], capture_output=True, text=True,
+        timeout=60, env=env())
+    assert result.returncode == 0, result.stderr
+
+
 def run(*flags, timeout=240, module='embodied.main'):
     """Runs to completion; returns CompletedProcess with text output."""
     return subprocess.run(

@@ -3,30 +3,21 @@ compat_agent.py) runs on this package: built, trained, checkpointed, and
 trained by the `train` and `parallel` scripts."""
 
 import json
-import os
-import subprocess
-import sys
 
 import elements
 import numpy as np
 import pytest
 
+import helpers
+import launch
 from embodied import main as mainlib
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The tests folder is on sys.path (pytest puts it there; the scripts below
-# get it through PYTHONPATH).
+# get it through launch.env()).
 AGENT = 'fixtures.compat_agent:CompatAgent'
-OBS = {
-    'vector': elements.Space(np.float32, (4,)),
-    'reward': elements.Space(np.float32),
-    'is_first': elements.Space(bool),
-    'is_last': elements.Space(bool),
-    'is_terminal': elements.Space(bool),
-}
-ACT = {'action': elements.Space(np.int32, (), 0, 2)}
+OBS, ACT = helpers.OBS_SPACE, helpers.ACT_SPACE
 
 
 def make_agent(tmpdir, seed=0):
@@ -128,25 +119,14 @@ def test_bad_agent_impl_is_a_usage_error():
         mainlib.parse(['--agent_impl', 'nonsense'])
 
 
-@pytest.mark.parametrize('script, flags', [
-    ('train', []),
-    ('parallel', ['--run.envs_per_worker', '2', '--run.eval_envs', '0']),
-])
+@pytest.mark.parametrize('script, flags', helpers.SCRIPTS)
 def test_trains_under_script(tmp_path, script, flags):
     logdir = tmp_path / 'run'
-    command = [
-        sys.executable, '-m', 'embodied.main', '--configs', 'debug',
-        '--agent_impl', AGENT, '--task', 'cartpole_balance',
-        '--script', script, '--run.steps', '400', '--logdir', str(logdir),
-        *flags]
-    env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
-    env['PYTHONPATH'] = os.pathsep.join(
-        [ROOT, os.path.join(ROOT, 'tests'),
-         *filter(None, [env.get('PYTHONPATH')])])
-    result = subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=270,
-        cwd=ROOT)
-    output = result.stdout + result.stderr
+    result = launch.run(
+        '--configs', 'debug', '--agent_impl', AGENT,
+        '--task', 'cartpole_balance', '--script', script,
+        '--run.steps', '400', '--logdir', logdir, *flags, timeout=270)
+    output = result.stdout
     assert result.returncode == 0, output[-4000:]
     lines = (logdir / 'metrics.jsonl').read_text().splitlines()
     records = [json.loads(line) for line in lines]

@@ -13,18 +13,13 @@ import ninjax as nj
 import numpy as np
 import pytest
 
+import helpers
+import launch
 from embodied import main as mainlib
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
-OBS_SPACE = {
-    'vector': elements.Space(np.float32, (4,)),
-    'reward': elements.Space(np.float32),
-    'is_first': elements.Space(bool),
-    'is_last': elements.Space(bool),
-    'is_terminal': elements.Space(bool),
-}
-ACT_SPACE = {'action': elements.Space(np.int32, (), 0, 2)}
+OBS_SPACE, ACT_SPACE = helpers.OBS_SPACE, helpers.ACT_SPACE
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -279,23 +274,15 @@ def test_mock_devices_split_policy_and_train(tmp_path):
     assert 'DEVICES [0] [1] [1]' in result.stdout, result.stdout[-2000:]
 
 
-@pytest.mark.parametrize('script, flags', [
-    ('train', []),
-    ('parallel', ['--run.envs_per_worker', '2', '--run.eval_envs', '0']),
-])
+@pytest.mark.parametrize('script, flags', helpers.SCRIPTS)
 def test_runs_under_script_with_debug_config(tmp_path, script, flags):
     logdir = tmp_path / 'run'
-    command = [
-        sys.executable, '-m', 'embodied.main', '--configs', 'debug',
-        '--agent_impl', 'dreamerv3', '--task', 'cartpole_balance',
-        '--script', script, '--run.steps', '150', '--logdir', str(logdir),
-        *flags]
-    env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
     # Under pytest-timeout's 300 s, so a stuck run shows its output.
-    result = subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=270,
-        cwd=ROOT)
-    output = result.stdout + result.stderr
+    result = launch.run(
+        '--configs', 'debug', '--agent_impl', 'dreamerv3',
+        '--task', 'cartpole_balance', '--script', script,
+        '--run.steps', '150', '--logdir', logdir, *flags, timeout=270)
+    output = result.stdout
     assert result.returncode == 0, output[-4000:]
     metrics = (logdir / 'metrics.jsonl').read_text()
     assert 'train/loss/dyn' in metrics, output[-4000:]

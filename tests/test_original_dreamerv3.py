@@ -21,6 +21,7 @@ import elements
 import numpy as np
 import pytest
 
+import helpers
 from embodied import main as mainlib
 
 SOURCE = os.environ.get('EMBODIED_ORIGINAL_DREAMERV3', '')
@@ -148,10 +149,7 @@ def test_original_agent_trains_and_acts(agent):
     assert act['move'].shape == (3, 2) and np.isfinite(act['move']).all()
 
 
-@pytest.mark.parametrize('script, flags', [
-    ('train', []),
-    ('parallel', ['--run.envs_per_worker', '2', '--run.eval_envs', '0']),
-])
+@pytest.mark.parametrize('script, flags', helpers.SCRIPTS)
 def test_original_agent_trains_under_script(tmp_path, script, flags):
     pytest.importorskip('einops')
     pytest.importorskip('chex')
