@@ -10,3 +10,11 @@ def integers(owner, least, **values):
             raise ValueError(
                 f'{owner}: {name} must be an integer >= {least}, '
                 f'got {value!r}.')
+
+
+def choice(owner, name, value, options):
+    """Raises a ValueError naming `owner` unless `value` is in `options`."""
+    if value not in options:
+        raise ValueError(
+            f"Unknown {owner} {name} '{value}': choose one of "
+            f"{', '.join(options)}.")

@@ -6,7 +6,7 @@ import elements
 import numpy as np
 
 from embodied.core import base
-from embodied.envs import checks
+from embodied.core import checks
 
 TASKS = ('balance',)
 
@@ -55,7 +55,7 @@ class CartPole(base.Env):
 
     def __init__(self, task='balance', length=500, seed=None):
         checks.choice('CartPole', 'task', task, TASKS)
-        checks.positive_int('CartPole', 'length', length)
+        checks.integers('CartPole', 1, length=length)
         self.task = task
         self.length = int(length)
         self._rng = np.random.default_rng(seed)

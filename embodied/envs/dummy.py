@@ -15,7 +15,7 @@ import elements
 import numpy as np
 
 from embodied.core import base
-from embodied.envs import checks
+from embodied.core import checks
 
 TASKS = ('disc', 'cont')
 # How a failing Dummy fails: an exception in `step`, its process killed by
@@ -82,7 +82,7 @@ class Dummy(base.Env):
             raise ValueError(
                 f'Dummy size must be two positive ints (height, width), '
                 f'got {size}.')
-        checks.positive_int('Dummy', 'length', length)
+        checks.integers('Dummy', 1, length=length)
         self.task = task
         self.size = tuple(int(s) for s in size)
         self.length = int(length)
