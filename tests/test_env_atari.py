@@ -272,14 +272,14 @@ def test_out_of_range_action_is_refused():
         act(env, 6)
 
 
-def test_make_env_uses_the_atari100k_block():
+def test_make_env_uses_the_atari100k_block(tmp_path):
     from embodied import main
-    config = main.parse(['--configs', 'atari100k', '--logdir', '/tmp/x'])
+    config = main.parse(['--configs', 'atari100k', '--logdir', str(tmp_path)])
     env = main.make_env(config, 0)
     assert env.obs_space['image'].shape == (64, 64, 3)
     assert env.act_space['action'].high == 6  # needed actions of pong
     env.close()
-    config = main.parse(['--configs', 'atari', '--logdir', '/tmp/x'])
+    config = main.parse(['--configs', 'atari', '--logdir', str(tmp_path)])
     env = main.make_env(config, 0)
     assert env.obs_space['image'].shape == (96, 96, 1)
     assert env.act_space['action'].high == 18

@@ -31,6 +31,29 @@ def reset(env):
     return env.step({'action': np.int32(0), 'reset': True})
 
 
+class Recording:
+    """Wraps a crafter.Env and keeps what each step returned."""
+
+    def __init__(self, env):
+        self.env = env
+        self.steps = []
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, action):
+        result = self.env.step(action)
+        self.steps.append(result)
+        return result
+
+
+# Crafter keeps the objects of each world chunk in a set, so which creature
+# it despawns depends on memory addresses: two envs of the same seed given
+# the same actions can drift apart. The world a seed generates is fixed, so
+# first frames are compared with a second env; steps are compared with what
+# crafter returned to the adapter.
+
+
 @pytest.mark.parametrize('task', ['reward', 'noreward'])
 def test_spaces_and_fifty_steps_match_crafter(task):
     env = Crafter(task, logs=True, seed=3)
@@ -42,15 +65,17 @@ def test_spaces_and_fifty_steps_match_crafter(task):
     direct = crafter.Env(size=(64, 64), reward=(task == 'reward'), seed=3)
     obs = reset(env)
     np.testing.assert_array_equal(obs['image'], direct.reset())
+    env._env = recording = Recording(env._env)
     rng = np.random.default_rng(0)
     for _ in range(50):
         check_values('obs', obs, env.obs_space)
         assert set(obs) == set(env.obs_space)
-        action = int(rng.integers(17))
-        obs = env.step({'action': np.int32(action), 'reset': False})
-        image, reward, done, info = direct.step(action)
+        obs = env.step({'action': np.int32(rng.integers(17)),
+                        'reset': False})
+        image, reward, done, info = recording.steps[-1]
         np.testing.assert_array_equal(obs['image'], image)
         assert obs['reward'] == np.float32(reward)
+        assert obs['is_last'] == done
         assert obs['log/reward'] == np.float32(info['reward'])
         for name in ACHIEVEMENTS:
             assert obs[f'log/achievement_{name}'] == info['achievements'][name]
@@ -65,21 +90,17 @@ def test_without_logs_only_the_reward_is_logged():
 
 def play_episode(seed, logdir=None):
     """Random actions until the episode ends; returns the transitions and
-    crafter's own final achievement counts for the same seed and actions."""
+    crafter's own achievement counts at the end."""
     env = Crafter('reward', logs=True, seed=seed, logdir=logdir)
-    direct = crafter.Env(size=(64, 64), reward=True, seed=seed)
-    direct.reset()
     rng = np.random.default_rng(seed)
     trans = [reset(env)]
     while not trans[-1]['is_last']:
-        action = int(rng.integers(17))
-        trans[-1]['action'] = np.int32(action)
-        trans.append(env.step({'action': np.int32(action), 'reset': False}))
-        _, _, done, info = direct.step(action)
-        assert len(trans) < 10001
+        action = np.int32(rng.integers(17))
+        trans[-1]['action'] = action
+        trans.append(env.step({'action': action, 'reset': False}))
+        assert len(trans) < 10002
     trans[-1]['action'] = np.int32(0)
-    assert done
-    return trans, info['achievements']
+    return trans, dict(env._env._player.achievements)
 
 
 def test_achievements_reach_the_logger_as_episode_metrics(tmp_path):

@@ -156,3 +156,25 @@ def test_config_blocks_select_image_or_vectors(tmp_path):
     assert 'image' not in agent.obs_space
     assert 'log/image' not in agent.obs_space
     assert 'orientations' in agent.obs_space
+
+
+def test_log_image_reaches_the_logger_as_a_video():
+    from embodied.run.episodes import EpisodeStats
+    env = DMC('cartpole_balance', image=False, repeat=50, size=(16, 16),
+              seed=0)
+    stats = EpisodeStats(logger=type('Logger', (), {
+        'add': lambda self, metrics, prefix=None: None})())
+    frames = []
+    obs = reset(env)
+    while True:
+        frames.append(obs['log/image'])
+        stats.add(obs)
+        if obs['is_last']:
+            break
+        obs = act(env, [0.0])
+    video = stats.result()['policy_log/image']
+    np.testing.assert_array_equal(video, np.stack(frames))
+    assert len(frames) == 21  # 1000 control steps at repeat 50, and reset.
+    with pytest.raises(ValueError, match="'log/bad' must be a scalar"):
+        stats.add({**obs, 'is_first': True,
+                   'log/bad': np.zeros(3, np.float32)})

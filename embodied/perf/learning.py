@@ -6,10 +6,12 @@
         --target 800 --ymax 1000
 
 Launches `embodied.main --configs cartpole` (or the given `--configs`; extra
-flags after `--` are passed on), follows the run's `scores.jsonl` and `metrics.jsonl` as they grow, and
-prints the score (mean of the last 20 episodes) against env steps and wall time
-(compilation included), with train and env steps per second. At the end it
-writes `learning.json` and the curves (`embodied.plot`: `learning.png` and
+flags after `--` are passed on), follows the run's `scores.jsonl` and
+`metrics.jsonl` as they grow, and prints the score (mean of the last 20
+episodes) against env steps and wall time (compilation included), with train
+and env steps per second; `--target` is the score whose first crossing is
+reported (400 for CartPole; DMC scores go to 1000). At the end it writes
+`learning.json` and the curves (`embodied.plot`: `learning.png` and
 `learning.svg`, score against env steps and wall time) into the logdir.
 `--analyze` redoes the summary and the curves from a finished benchmark's
 `learning.json` and the `scores.jsonl` beside it.
