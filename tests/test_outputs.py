@@ -48,6 +48,18 @@ def test_jsonl_times_interpolated_by_step_between_writes(tmp_path, monkeypatch):
         {'step': 40, 'time': 30.0, 'episode/score': 4.0}]
 
 
+def test_jsonl_keeps_every_value_logged_at_one_step(tmp_path):
+    # Envs that end episodes at the same step log several scores there.
+    output = outputs.JSONLOutput(tmp_path, 'scores.jsonl', 'score',
+                                 parallel=False)
+    output([(8, 'episode/score', np.float64(s)) for s in (1.0, 2.0, 3.0)] +
+           [(9, 'episode/score', np.float64(4.0))])
+    rows = [json.loads(line)
+            for line in (tmp_path / 'scores.jsonl').read_text().splitlines()]
+    assert [(r['step'], r['episode/score']) for r in rows] == [
+        (8, 1.0), (8, 2.0), (8, 3.0), (9, 4.0)]
+
+
 def test_jsonl_time_continues_after_a_resume(tmp_path, monkeypatch):
     (tmp_path / 'metrics.jsonl').write_text(
         '{"step": 100, "time": 50.0, "a": 1.0}\n'

@@ -1,6 +1,5 @@
 """JSONL metrics with a wall-time column."""
 
-import collections
 import json
 import os
 import re
@@ -41,15 +40,23 @@ class JSONLOutput(elements.logger.AsyncOutput):
         now = self._base + time.monotonic() - self._start
         latest = max(step for step, _, _ in summaries)
         times = self._times(latest, now)
-        rows = collections.defaultdict(dict)
+        # One line per step; a value logged again at the same step (several
+        # envs ending an episode together) opens another line instead of
+        # replacing the first, so every episode score is kept.
+        rows, current = [], {}
         for step, name, value in summaries:
             if not self._pattern.search(name):
                 continue
-            if not isinstance(value, str) and np.ndim(value) == 0:
-                rows[step][name] = float(value)
+            if isinstance(value, str) or np.ndim(value) != 0:
+                continue
+            row = current.get(step)
+            if row is None or name in row:
+                row = current[step] = {}
+                rows.append((step, row))
+            row[name] = float(value)
         lines = ''.join(
             json.dumps({'step': step, 'time': round(times(step), 3), **row})
-            + '\n' for step, row in rows.items())
+            + '\n' for step, row in rows)
         if lines:
             if self._newline:
                 lines, self._newline = '\n' + lines, False
