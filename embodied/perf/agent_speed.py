@@ -12,7 +12,8 @@ load on the machine hits both alike. Each measurement builds the agent with
 `--jax.debug False` so XLA optimizes as in a real run), compiles, then times
 `--train_steps` train calls on a fixed batch and `--policy_calls` policy
 calls on a batch of `run.actor_batch` (at least 1) observations. The table
-shows the median over rounds and the new/old ratio.
+shows the median and the best round per tree and new/old (the median of the
+per-round ratios, and the ratio of the bests).
 """
 
 import argparse
@@ -144,33 +145,45 @@ def measure(tree, flags, args):
 
 
 def render(results, flags):
+    """Medians over rounds, the best round (least disturbed by other load on
+    the machine), and new/old: the median of the per-round ratios (each
+    round measures old and new back to back) and the ratio of the bests."""
     names = list(results)
+    keys = ('train_rate', 'policy_ms', 'policy_p90_ms', 'compile_train')
     medians = {
-        name: {key: statistics.median(r[key] for r in rows)
-               for key in ('train_rate', 'policy_ms', 'policy_p90_ms',
-                           'compile_train')}
+        name: {key: statistics.median(r[key] for r in rows) for key in keys}
+        for name, rows in results.items()}
+    best = {
+        name: {'train_rate': max(r['train_rate'] for r in rows),
+               'policy_ms': min(r['policy_ms'] for r in rows)}
         for name, rows in results.items()}
     first = results[names[0]][0]
     lines = [
         f'DreamerV3 agent speed, flags: {" ".join(flags)}; train batch '
         f'{first["batch"][0]}x{first["batch"][1]}, policy batch '
-        f'{first["actor_batch"]}; medians of {len(results[names[0]])} '
-        'alternating rounds',
+        f'{first["actor_batch"]}; {len(results[names[0]])} alternating rounds',
         '',
-        '| tree | train steps/s | policy ms (median) | policy ms (p90) | '
+        '| tree | train steps/s (median) | train steps/s (best) | '
+        'policy ms (median) | policy ms (best) | policy ms (p90) | '
         'compile + 3 steps s |',
-        '|---|---|---|---|---|']
+        '|---|---|---|---|---|---|---|']
     for name in names:
-        m = medians[name]
+        m, b = medians[name], best[name]
         lines.append(
-            f'| {name} | {m["train_rate"]:.1f} | {m["policy_ms"]:.2f} | '
+            f'| {name} | {m["train_rate"]:.1f} | {b["train_rate"]:.1f} | '
+            f'{m["policy_ms"]:.2f} | {b["policy_ms"]:.2f} | '
             f'{m["policy_p90_ms"]:.2f} | {m["compile_train"]:.1f} |')
     if len(names) == 2:
-        old, new = medians[names[0]], medians[names[1]]
+        old, new = results[names[0]], results[names[1]]
+        paired = lambda key: statistics.median(
+            n[key] / o[key] for o, n in zip(old, new))
+        bo, bn = best[names[0]], best[names[1]]
         lines.append(
-            f'| new / old | {new["train_rate"] / old["train_rate"]:.3f} | '
-            f'{new["policy_ms"] / old["policy_ms"]:.3f} | '
-            f'{new["policy_p90_ms"] / old["policy_p90_ms"]:.3f} | |')
+            f'| new / old | {paired("train_rate"):.3f} (paired) | '
+            f'{bn["train_rate"] / bo["train_rate"]:.3f} | '
+            f'{paired("policy_ms"):.3f} (paired) | '
+            f'{bn["policy_ms"] / bo["policy_ms"]:.3f} | '
+            f'{paired("policy_p90_ms"):.3f} (paired) | |')
     return '\n'.join(lines)
 
 
