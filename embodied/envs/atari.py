@@ -14,6 +14,7 @@ import elements
 import numpy as np
 
 from embodied.core import base, checks
+from embodied.envs import adapter
 
 NOOP, FIRE, UP = 0, 1, 2  # ALE's action numbers.
 
@@ -48,10 +49,10 @@ class Atari(base.Env):
             lives='unused', sticky=True, actions='all', length=108000,
             pooling=2, aggregate='max', resize='pillow', autostart=False,
             clip_reward=False, seed=None):
-        _choice('lives', lives, ('unused', 'discount', 'reset'))
-        _choice('actions', actions, ('all', 'needed'))
-        _choice('resize', resize, ('opencv', 'pillow'))
-        _choice('aggregate', aggregate, ('max', 'mean'))
+        checks.choice('Atari', 'lives', lives, ('unused', 'discount', 'reset'))
+        checks.choice('Atari', 'actions', actions, ('all', 'needed'))
+        checks.choice('Atari', 'resize', resize, ('opencv', 'pillow'))
+        checks.choice('Atari', 'aggregate', aggregate, ('max', 'mean'))
         checks.integers('Atari', 1, repeat=repeat, pooling=pooling)
         checks.integers('Atari', 0, noops=noops)
         size = tuple(int(x) for x in size)
@@ -199,20 +200,8 @@ class Atari(base.Env):
             # Luminance weights: an equal average of the channels would make
             # e.g. pure red and pure green look the same.
             image = (image * self.WEIGHTS).sum(-1).astype(np.uint8)[..., None]
-        return dict(
-            image=image,
-            reward=np.float32(reward),
-            is_first=np.bool_(is_first),
-            is_last=np.bool_(is_last),
-            is_terminal=np.bool_(is_terminal),
-        )
-
-
-def _choice(key, value, choices):
-    if value not in choices:
-        raise ValueError(
-            f"Atari: {key} must be one of {', '.join(choices)}, got "
-            f"{value!r}.")
+        return dict(image=image, **adapter.step_values(
+            reward, is_first, is_last, is_terminal))
 
 
 def _rom_path(name):

@@ -9,6 +9,7 @@ import elements
 import numpy as np
 
 from embodied.core import base
+from embodied.envs import adapter
 
 TASKS = ('reward', 'noreward')
 
@@ -75,7 +76,7 @@ class Crafter(base.Env):
             return self._obs(image, 0.0, None, is_first=True)
         image, reward, self._done, info = self._env.step(
             int(action['action']))
-        self._reward += reward
+        self._reward += info['reward']  # The task's reward, also for noreward.
         self._length += 1
         if self._done and self._logdir:
             self._write_stats(info)
@@ -90,10 +91,7 @@ class Crafter(base.Env):
              is_terminal=False):
         obs = {
             'image': np.ascontiguousarray(image),  # Crafter's is transposed.
-            'reward': np.float32(reward),
-            'is_first': np.bool_(is_first),
-            'is_last': np.bool_(is_last),
-            'is_terminal': np.bool_(is_terminal),
+            **adapter.step_values(reward, is_first, is_last, is_terminal),
             'log/reward': np.float32(info['reward'] if info else 0.0),
         }
         if self._logs:
@@ -110,6 +108,5 @@ class Crafter(base.Env):
             **{f'achievement_{name}': int(count)
                for name, count in info['achievements'].items()},
         }
-        filename = self._logdir / 'stats.jsonl'
-        lines = filename.read() if filename.exists() else ''
-        filename.write(lines + json.dumps(stats) + '\n', mode='w')
+        with (self._logdir / 'stats.jsonl').open('a') as f:
+            f.write(json.dumps(stats) + '\n')

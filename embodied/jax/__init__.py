@@ -13,9 +13,8 @@ from .utils import LayerScan, Normalize, SlowModel
 from . import nets
 from . import opt
 from . import outs
-from . import tree
 
 __all__ = [
     'Agent', 'PlatformError', 'Runtime', 'setup',
     'DictHead', 'Head', 'MLPHead', 'Optimizer', 'LayerScan', 'Normalize',
-    'SlowModel', 'nets', 'opt', 'outs', 'tree']
+    'SlowModel', 'nets', 'opt', 'outs']

@@ -297,10 +297,11 @@ class Server:
             if (dtype, shape) == method.spec[key]:
                 continue
             want_dtype, want_shape = method.spec[key]
-            if shape == want_shape and _converts(data[key], want_dtype):
+            converted = _converted(data[key], want_dtype)
+            if shape == want_shape and converted is not None:
                 # The original's env sends Python ints (int64) where ours
                 # send int32: one kind, so the values convert exactly.
-                data[key] = data[key].astype(want_dtype)
+                data[key] = converted
                 continue
             return (f"{prefix}: '{key}' expected dtype {want_dtype} "
                     f"shape {want_shape} per row, got dtype {dtype} "
@@ -444,9 +445,10 @@ def _as_rows(args):
     return [{k: v[None] for k, v in data.items()}], True
 
 
-def _converts(value, dtype):
-    """Whether `value` has `dtype`'s kind (integer, float, ...) and keeps
-    its values when converted to it."""
+def _converted(value, dtype):
+    """`value` as `dtype` when both are of one kind (integer, float, ...)
+    and the values survive the conversion, else None."""
     if value.dtype.kind != dtype.kind:
-        return False
-    return bool(np.array_equal(value.astype(dtype), value))
+        return None
+    converted = value.astype(dtype)
+    return converted if np.array_equal(converted, value) else None

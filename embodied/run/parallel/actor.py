@@ -46,6 +46,7 @@ def parallel_actor(agent, barrier, args):
     inflight = collections.deque()  # Futures of sent transitions.
     inflight_lock = threading.Lock()
     counts = collections.Counter()
+    counts_lock = threading.Lock()  # workfn runs on run.actor_threads threads.
     done = threading.Event()
 
     def settle():
@@ -77,8 +78,9 @@ def parallel_actor(agent, barrier, args):
             if value.flags.writeable and value.flags.owndata:
                 value.setflags(write=False)
         reply = {**acts, 'reset': np.asarray(obs['is_last'], bool)}
-        counts['policy_steps'] += len(envid)
-        counts['policy_seconds'] += time.monotonic() - start
+        with counts_lock:
+            counts['policy_steps'] += len(envid)
+            counts['policy_seconds'] += time.monotonic() - start
         return reply, trans
 
     def wait_for_room():
@@ -111,10 +113,12 @@ def parallel_actor(agent, barrier, args):
 
     def status():
         server_stats = server.stats()
+        with counts_lock:
+            totals = dict(counts)
         return {
             **{k: int(v) if isinstance(v, int) else float(v)
-               for k, v in counts.items()},
-            **{f'learner_{k}': v for k, v in link.learner.items()},
+               for k, v in totals.items()},
+            **{f'learner_{k}': v for k, v in dict(link.learner).items()},
             **prefix(server_stats, 'server'),
             'carries': len(carries),
         }

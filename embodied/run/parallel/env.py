@@ -137,9 +137,10 @@ def run_worker(make_env, envids, args, is_eval):
         except rpc.BadRequest as e:
             raise envpool.BadInput(f'Envs {envids}: {e}') from None
 
-    actor = connect()
-    acts = reset_actions()
+    actor = None
     try:
+        actor = connect()
+        acts = reset_actions()
         while True:
             with elements.timer.section('step'):
                 obs = [step(*x) for x in zip(envids, envs, acts)]
@@ -153,6 +154,7 @@ def run_worker(make_env, envids, args, is_eval):
                 print(f'[{name}] Lost the actor; reconnecting and starting '
                       f'new episodes.', flush=True)
                 actor.close(1)
+                actor = None
                 actor = connect()
                 acts = reset_actions()
                 continue
@@ -164,7 +166,7 @@ def run_worker(make_env, envids, args, is_eval):
                 logger.add({'fps/env': fps.result(),
                             **timing.timer_metrics('timer/env')})
     finally:
-        actor.close(1)
+        actor and actor.close(1)
         logger and logger.close(1)
         for env in envs:
             env.close()

@@ -18,7 +18,18 @@ class AgentLink(threading.Barrier):
         self.learner = collections.Counter()
 
 
+_LINKS_LOCK = threading.Lock()
+
+
 def link_of(barrier):
-    """The `AgentLink` given, or a fresh one for a caller's own barrier (the
-    original passes a plain `threading.Barrier`)."""
-    return barrier if isinstance(barrier, AgentLink) else AgentLink()
+    """The `AgentLink` given, or for a caller's own barrier (the original
+    passes a plain `threading.Barrier` to the actor and the learner) one
+    link made on first use and kept on the barrier, so both threads share
+    it."""
+    if isinstance(barrier, AgentLink):
+        return barrier
+    with _LINKS_LOCK:
+        link = getattr(barrier, 'embodied_link', None)
+        if link is None:
+            link = barrier.embodied_link = AgentLink()
+        return link
