@@ -3,7 +3,8 @@
     act(obs rows of several envs) -> actions      (batched, see below)
         workfn: stack the carries of the envs, agent.policy(carry, obs),
                 keep each env's new carry, reply with the actions
-        postfn: replay.add_batch(transitions), logger.tran(transitions)
+        postfn: replay.add_batch(transitions),
+                logger.tran(the env's side of them: obs, log/ keys)
 
 The server batches `run.actor_batch` envs per policy call (a partial batch
 runs after `run.actor_flush` seconds) and answers each env worker before the
@@ -72,16 +73,19 @@ def parallel_actor(agent, barrier, args):
             carries[e] = elements.tree.map(lambda x: x[i], carry, isleaf=islist)
         acts = {k: np.asarray(v) for k, v in acts.items()}
         outs = {k: np.asarray(v) for k, v in outs.items()}
-        trans = {'envid': envid, 'is_eval': is_eval, **obs, **acts, **outs,
-                 **logs}
-        for value in trans.values():
+        ids = {'envid': envid, 'is_eval': is_eval}
+        data = {**ids, **obs, **acts, **outs}  # For the replay.
+        for value in (*data.values(), *logs.values()):
             if value.flags.writeable and value.flags.owndata:
                 value.setflags(write=False)
+        # The logger reads only the env's side of a step (episode stats,
+        # `log/` metrics, videos), not the policy's outputs.
+        episode = {**ids, **obs, **logs}
         reply = {**acts, 'reset': np.asarray(obs['is_last'], bool)}
         with counts_lock:
             counts['policy_steps'] += len(envid)
             counts['policy_seconds'] += time.monotonic() - start
-        return reply, trans
+        return reply, (data, episode)
 
     def wait_for_room():
         """Back-pressure: waits while `backlog` sends are in flight, as the
@@ -100,10 +104,9 @@ def parallel_actor(agent, barrier, args):
 
     @elements.timer.section('postfn')
     def postfn(trans):
-        logs = {k: v for k, v in trans.items() if k.startswith('log/')}
-        data = {k: v for k, v in trans.items() if not k.startswith('log/')}
+        data, episode = trans
         wait_for_room()
-        futures = (replay.add_batch(data), logger.tran({**data, **logs}))
+        futures = (replay.add_batch(data), logger.tran(episode))
         with inflight_lock:
             inflight.extend(futures)
         settle()
