@@ -34,7 +34,7 @@ class EpisodeStats:
         for key, value in tran.items():
             # Images (also `log/image`) become videos; other `log/` keys are
             # scalar metrics.
-            if getattr(value, 'dtype', None) == np.uint8 and value.ndim == 3:
+            if is_image(value):
                 if worker == self.video_worker:
                     episode.frames[key].append(value)
             elif key.startswith('log/'):
@@ -100,3 +100,9 @@ def _nansum(values):
     """The sum of the values that are not NaN (NaN when all are)."""
     kept = values[~np.isnan(values)]
     return np.float64(kept.sum()) if len(kept) else np.float64(np.nan)
+
+
+def is_image(value):
+    """Whether `value` is one uint8 frame (H, W, 1|3|4): a video frame."""
+    return (getattr(value, 'dtype', None) == np.uint8 and value.ndim == 3
+            and value.shape[-1] in (1, 3, 4))

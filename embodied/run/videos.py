@@ -6,6 +6,7 @@ import elements
 import numpy as np
 
 from embodied.outputs import gif
+from embodied.run import episodes
 
 FPS = 15
 
@@ -39,7 +40,7 @@ class EpisodeVideos:
             self.frames[worker] = collections.defaultdict(list)
         frames = self.frames[worker]
         for key, value in tran.items():
-            if _is_image(value):
+            if episodes.is_image(value):
                 frames[key].append(value)
         if tran['is_last']:
             self._save(worker, self.frames.pop(worker))
@@ -61,8 +62,3 @@ class EpisodeVideos:
             print(f'Saved {len(images)} frames of episode {self.saved + 1} '
                   f'to {path}', flush=True)
         self.saved += 1
-
-
-def _is_image(value):
-    return (getattr(value, 'dtype', None) == np.uint8 and value.ndim == 3
-            and value.shape[-1] in (1, 3, 4))

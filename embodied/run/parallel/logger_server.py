@@ -63,12 +63,17 @@ def parallel_logger(make_logger, args):
                 evaluating = bool(row.pop('is_eval'))
                 updated[envid] = (now, evaluating)
                 episodes[evaluating].add(row, envid)
-            for envid, (last, evaluating) in list(updated.items()):
-                if now - last >= args.episode_timeout:
-                    print(f'Dropping the episode of env {envid}: no step '
-                          f'for {args.episode_timeout} s.', flush=True)
-                    episodes[evaluating].drop(envid)
-                    del updated[envid]
+
+    def drop_stale():
+        """Drops the episodes of envs silent for run.episode_timeout (called
+        with the periodic write, not per request)."""
+        now = time.monotonic()
+        for envid, (last, evaluating) in list(updated.items()):
+            if now - last >= args.episode_timeout:
+                print(f'Dropping the episode of env {envid}: no step '
+                      f'for {args.episode_timeout} s.', flush=True)
+                episodes[evaluating].drop(envid)
+                del updated[envid]
 
     def abandon(envids):
         """Drops the unfinished episodes of envs whose worker crashed."""
@@ -95,6 +100,7 @@ def parallel_logger(make_logger, args):
 
     def write():
         with lock:
+            drop_stale()
             if not counts['adds'] and counts['env_steps'] == counts['written']:
                 return  # Nothing new: avoid empty writes.
             counts['adds'] = 0
