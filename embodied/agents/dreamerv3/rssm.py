@@ -77,13 +77,11 @@ class RSSM(nj.Module):
 
     def observe_step(self, carry, token, prevact, reset):
         """One posterior step: (carry, feat); feat adds the logits."""
-        keep = (~reset).astype(f32)
-        deter = carry['deter'] * keep[:, None]
-        stoch = carry['stoch'] * keep[:, None, None]
-        prevact = jax.tree.map(
-            lambda x: x * keep.reshape((-1,) + (1,) * (x.ndim - 1)).astype(
-                x.dtype), prevact)
-        deter = self._core(deter, stoch, prevact)
+        deter, stoch = nets.mask((carry['deter'], carry['stoch']), ~reset)
+        # A reset step has no previous action: its encoding is all zeros
+        # (masking the action itself would encode a discrete one as class 0).
+        action = nets.mask(self.actconcat(prevact).astype(f32), ~reset)
+        deter = self._core(deter, stoch, action)
         x = token if self.absolute else jnp.concatenate(
             [deter, token.astype(f32)], -1)
         x = nets.cast(x)
@@ -103,6 +101,7 @@ class RSSM(nj.Module):
         return carry, feats
 
     def imagine_step(self, carry, action):
+        action = self.actconcat(action).astype(f32)
         deter = self._core(carry['deter'], carry['stoch'], action)
         logit = self.prior(deter)
         stoch = self.dist(logit).sample(nj.seed())
@@ -145,8 +144,8 @@ class RSSM(nj.Module):
         return {'dyn': dyn, 'rep': rep}, metrics
 
     def _core(self, deter, stoch, action):
+        """One GRU step from the state and the encoded action."""
         g = self.blocks
-        action = self.actconcat(action).astype(f32)
         action = action / sg(jnp.maximum(1, jnp.abs(action)))
         stoch = stoch.reshape((*stoch.shape[:-2], -1))
         x0 = self._dense('dynin0', self.hidden, nets.cast(deter))

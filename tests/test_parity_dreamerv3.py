@@ -1,0 +1,306 @@
+"""Parity: our DreamerV3 (`embodied.agents.dreamerv3`) computes what the
+original's `dreamerv3/agent.py` and `rssm.py` compute.
+
+Both agents are built on this package's `embodied.jax` from the same config
+and seed; our initial state is copied into the original's by name (RENAMES
+below), so both start from the same parameters, optimizer and normaliser
+state and random-number counters. Both then train on the same fixed batch
+(replay context, episode starts, terminations, both action kinds) and must
+report the same losses and metrics after the first update and after the
+tenth, hold the same state after ten updates, report the same metrics, and
+act the same from the same carry in `eval` mode. Randomness matches because
+both agents draw their samples with `nj.seed()` in the same order from the
+base's per-call seeds. Everything runs in float32 on the CPU.
+
+Run with a checkout of danijar/dreamerv3 in EMBODIED_ORIGINAL_DREAMERV3 (see
+`test_original_dreamerv3.py`, whose loader this reuses); skipped otherwise.
+"""
+
+import re
+
+import elements
+import numpy as np
+import pytest
+
+import test_original_dreamerv3 as original
+from embodied import main as mainlib
+
+pytestmark = [
+    pytest.mark.skipif(
+        not original.SOURCE, reason='EMBODIED_ORIGINAL_DREAMERV3 is not set'),
+    pytest.mark.filterwarnings('ignore::DeprecationWarning'),
+]
+
+SIGNALS = {
+    'reward': elements.Space(np.float32),
+    'is_first': elements.Space(bool),
+    'is_last': elements.Space(bool),
+    'is_terminal': elements.Space(bool),
+}
+# The `debug` size with vector inputs, and the same nets on 64x64 RGB
+# images (the CNN halves them four times to 4x4, as at every real size).
+CASES = {
+    'debug': {
+        'vector': elements.Space(np.float32, (4,)),
+        'token': elements.Space(np.int32, (), 0, 5),
+    },
+    'image': {'image': elements.Space(np.uint8, (64, 64, 3))},
+}
+ACT = original.ACT
+
+# A small learning rate keeps the ten updates free of chaos: with adaptive
+# clipping and RMS scaling (eps 1e-20) an update's size does not depend on
+# its gradient's, so the last-bit rounding differences of two differently
+# written graphs (the order XLA sums in) grow by the learning rate's size
+# each update; at 1e-3 the policy's parameters of two runs of OUR agent
+# drift apart by 1e-3 within ten updates when one starts from parameters
+# perturbed by 1e-7. At 1e-5 both agents agree to float32 rounding, while
+# every difference in a loss, gradient or state update still shows in the
+# metrics, the optimizer's moments and the parameter updates.
+LR = '1e-5'
+
+# Our parameter names -> the original's. The layers and their order are the
+# same; only the module names differ:
+RENAMES = [
+    # Our encoder's vector MLP is one `nets.MLP` named 'mlp' (layers
+    # 'linear<i>', 'norm<i>'); the original's encoder writes each layer out
+    # as 'mlp<i>' and 'mlp<i>norm'.
+    (r'(^|/)enc/mlp/linear(\d+)/', r'\1enc/mlp\2/'),
+    (r'(^|/)enc/mlp/norm(\d+)/', r'\1enc/mlp\2norm/'),
+    # Our encoder calls its conv stages 'conv<i>' as both decoders do; the
+    # original's encoder calls them 'cnn<i>'.
+    (r'(^|/)enc/conv(\d+)', r'\1enc/cnn\2'),
+    # Our decoder's vector outputs are one `MLPHead` named 'vec' (its 'mlp'
+    # and 'head'); the original's decoder has an `MLP` 'mlp' and a
+    # `DictHead` 'vec' side by side.
+    (r'(^|/)dec/vec/mlp/', r'\1dec/mlp/'),
+    (r'(^|/)dec/vec/head/', r'\1dec/vec/'),
+]
+
+# Metrics only one of the two reports. The original reports the imagination
+# metrics without a prefix, ours under 'imag/'.
+OURS_ONLY = {'retnorm/scale', 'retnorm/offset'}
+THEIRS_ONLY = {'adv_mag', 'tar', 'ret_min', 'ret_max'}
+
+
+def their_name(key):
+    for pattern, repl in RENAMES:
+        key = re.sub(pattern, repl, key)
+    return key
+
+
+def their_metric(key):
+    return key[len('imag/'):] if key.startswith('imag/') else key
+
+
+def make_config(logdir, flags=()):
+    config = mainlib.parse([
+        '--configs', 'debug', '--logdir', str(logdir),
+        '--agent.opt.lr', LR, '--agent.opt.warmup', '0', *flags])
+    return elements.Config(
+        **config.agent, logdir=config.logdir, seed=config.seed,
+        jax=config.jax, batch_size=config.batch_size,
+        batch_length=config.batch_length, replay_context=config.replay_context,
+        report_length=config.report_length, replica=0, replicas=1)
+
+
+class Pair:
+    """Our agent and the original's, from one config and initial state."""
+
+    def __init__(self, obs_space, config):
+        from embodied.agents.dreamerv3 import Agent
+        self.obs_space, self.config = obs_space, config
+        self.ours = Agent(obs_space, ACT, config)
+        self.theirs = mainlib._import('dreamerv3.agent:Agent')(
+            obs_space, ACT, config)
+        self.initial = self.ours.save()
+        self.reset()
+
+    def reset(self):
+        """Both agents back at our initial state (parameters, optimizer,
+        normalisers, random-number counters)."""
+        self.ours.load(self.initial)
+        self.theirs.load(self.translate(self.initial))
+
+    def translate(self, state):
+        theirs = self.theirs.save()
+        mapped = {their_name(k): v for k, v in state.items()}
+        assert set(mapped) == set(theirs), (
+            sorted(set(mapped) ^ set(theirs)))
+        return mapped
+
+    def batch(self, seed=0):
+        """A fixed batch with replay context: stored latents, rows that
+        start a sequence (consec 0) and rows that continue one, episode
+        starts, terminations and sequence ends inside it."""
+        rng = np.random.default_rng(seed)
+        B = self.config.batch_size
+        T = self.config.batch_length + self.config.replay_context
+        rssm = self.config.dyn.rssm
+        data = {}
+        for key, space in self.obs_space.items():
+            if space.dtype == np.uint8:
+                data[key] = rng.integers(0, 256, (B, T, *space.shape), np.uint8)
+            elif space.discrete:
+                data[key] = rng.integers(
+                    space.low, space.high, (B, T, *space.shape), space.dtype)
+            else:
+                data[key] = rng.normal(size=(B, T, *space.shape)).astype(
+                    space.dtype)
+        terminal = rng.uniform(size=(B, T)) < 0.08
+        data.update({
+            'reward': rng.normal(size=(B, T)).astype(np.float32),
+            'is_first': rng.uniform(size=(B, T)) < 0.08,
+            'is_terminal': terminal,
+            'is_last': terminal | (rng.uniform(size=(B, T)) < 0.05),
+            'action': rng.integers(0, 3, (B, T)).astype(np.int32),
+            'move': rng.uniform(-1, 1, (B, T, 2)).astype(np.float32),
+            'stepid': rng.integers(0, 256, (B, T, 20)).astype(np.uint8),
+            'consec': np.repeat((np.arange(B) % 2)[:, None], T, 1).astype(
+                np.int32),
+            'dyn/deter': rng.normal(size=(B, T, rssm.deter)).astype(
+                np.float32),
+            'dyn/stoch': np.eye(rssm.classes, dtype=np.float32)[
+                rng.integers(0, rssm.classes, (B, T, rssm.stoch))],
+        })
+        return data
+
+
+@pytest.fixture(scope='module', params=list(CASES))
+def pair(request, tmp_path_factory):
+    pytest.importorskip('einops')
+    pytest.importorskip('chex')
+    root = tmp_path_factory.mktemp('parity')
+    original.copy_original(root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(root))
+        obs_space = {**CASES[request.param], **SIGNALS}
+        yield Pair(obs_space, make_config(root / 'logdir'))
+
+
+def assert_close(ours, theirs, what, rtol=1e-5, atol=1e-6):
+    """Each entry of `ours` (our names) equals the entry of `theirs` (the
+    original's names, found by `name`) within float32 rounding."""
+    ours = np.asarray(ours, np.float64)
+    theirs = np.asarray(theirs, np.float64)
+    assert ours.shape == theirs.shape, (what, ours.shape, theirs.shape)
+    np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=atol, err_msg=what)
+
+
+def assert_metrics_match(ours, theirs, when):
+    mapped = {their_metric(k): k for k in ours}
+    assert set(ours) - set(mapped.values()) == set()
+    assert {k for k in ours if their_metric(k) not in theirs} == OURS_ONLY
+    assert set(theirs) - set(mapped) == THEIRS_ONLY
+    losses = {k for k in ours if k.startswith('loss/')}
+    assert {'loss/dyn', 'loss/rep', 'loss/rew', 'loss/con', 'loss/policy',
+            'loss/value', 'loss/repval'} <= losses
+    problems = []
+    for key in sorted(mapped):
+        if key in theirs:
+            try:
+                assert_close(
+                    ours[mapped[key]], theirs[key], f'{when}: metric {key}')
+            except AssertionError:
+                problems.append(
+                    f'{key}: ours {float(ours[mapped[key]])!r}, '
+                    f'theirs {float(theirs[key])!r}')
+    assert not problems, f'{when}: ' + '; '.join(problems)
+
+
+def assert_states_match(pair, when):
+    """Every parameter, optimizer moment, normaliser statistic and slow
+    value parameter; the updates since the start are compared too, so that
+    a difference in a small update is not hidden by the parameter's size."""
+    ours, theirs = pair.ours.save(), pair.theirs.save()
+    for key, value in ours.items():
+        if key.startswith('rng/'):
+            assert int(value) == int(theirs[key]), (when, key)
+            continue
+        other = theirs[their_name(key)]
+        if not np.size(value):
+            continue
+        scale = max(float(np.abs(other).max()), 1e-30)
+        assert_close(value, other, f'{when}: {key}', atol=1e-6 * scale)
+        start = np.asarray(pair.initial[key], np.float64)
+        delta = np.asarray(value, np.float64) - start
+        scale = max(float(np.abs(delta).max()), 1e-30)
+        assert_close(
+            delta, np.asarray(other, np.float64) - start,
+            f'{when}: update of {key}', rtol=1e-3, atol=1e-3 * scale)
+
+
+def their_carry(carry):
+    """Our policy/train carry {'dyn', 'prevact'} in the original's layout
+    (encoder carry, RSSM carry, decoder carry, previous action)."""
+    return ({}, carry['dyn'], {}, carry['prevact'])
+
+
+def test_training_matches_the_original(pair):
+    pair.reset()
+    data = pair.batch()
+    B = pair.config.batch_size
+    ours_carry = pair.ours.init_train(B)
+    theirs_carry = pair.theirs.init_train(B)
+    for update in range(1, 11):
+        ours_carry, ours_outs, ours_mets = pair.ours.train(ours_carry, data)
+        theirs_carry, theirs_outs, theirs_mets = pair.theirs.train(
+            theirs_carry, data)
+        if update not in (1, 10):
+            continue
+        when = f'update {update}'
+        assert_metrics_match(ours_mets, theirs_mets, when)
+        # The latents written back to replay and the carry to the next batch.
+        replay = ours_outs['replay']
+        assert set(replay) == set(theirs_outs['replay'])
+        for key in replay:
+            assert_close(
+                replay[key], theirs_outs['replay'][key], f'{when}: {key}')
+        for ours_x, theirs_x in zip(
+                jax_leaves(their_carry(ours_carry)), jax_leaves(theirs_carry)):
+            assert_close(ours_x, theirs_x, f'{when}: carry')
+    assert int(ours_mets['opt/updates']) == 10
+    assert_states_match(pair, 'after 10 updates')
+
+
+def test_report_carry_matches_the_original(pair):
+    # The original's `report` returns only its open-loop videos: it merges
+    # its loss metrics into themselves (`mets.update(mets)`), so there are no
+    # report metrics to compare; the carry it hands to the next report batch
+    # is compared instead (ours reports the loss metrics, which the
+    # training test compares).
+    pair.reset()
+    data = pair.batch(seed=1)
+    B = pair.config.batch_size
+    ours_carry, ours = pair.ours.report(pair.ours.init_report(B), data)
+    theirs_carry, _ = pair.theirs.report(pair.theirs.init_report(B), data)
+    assert 'loss/dyn' in ours
+    for ours_x, theirs_x in zip(
+            jax_leaves(their_carry(ours_carry)), jax_leaves(theirs_carry)):
+        assert_close(ours_x, theirs_x, 'report carry')
+
+
+def test_eval_policy_acts_as_the_original(pair):
+    pair.reset()
+    data = pair.batch(seed=2)
+    B = pair.config.batch_size
+    # A carry that holds a real state: our train carry after one update.
+    carry, _, _ = pair.ours.train(pair.ours.init_train(B), data)
+    pair.reset()
+    ours_carry, theirs_carry = carry, their_carry(carry)
+    for t in range(3):
+        obs = {k: data[k][:, t] for k in pair.obs_space}
+        ours_carry, ours_act, _ = pair.ours.policy(ours_carry, obs, 'eval')
+        theirs_carry, theirs_act, _ = pair.theirs.policy(
+            theirs_carry, obs, 'eval')
+        assert set(ours_act) == set(theirs_act) == set(ACT)
+        np.testing.assert_array_equal(ours_act['action'], theirs_act['action'])
+        assert_close(ours_act['move'], theirs_act['move'], f'step {t}: move')
+        for ours_x, theirs_x in zip(
+                jax_leaves(their_carry(ours_carry)), jax_leaves(theirs_carry)):
+            assert_close(ours_x, theirs_x, f'step {t}: policy carry')
+
+
+def jax_leaves(tree):
+    import jax
+    return jax.tree.leaves(tree)
