@@ -15,9 +15,17 @@ reported (400 for CartPole; DMC scores go to 1000). At the end it writes
 `learning.svg`, score against env steps and wall time) into the logdir.
 `--analyze` redoes the summary and the curves from a finished benchmark's
 `learning.json` and the `scores.jsonl` beside it.
+
+`--reference` names the original's published scores of a suite
+(`scores/<suite>-dreamerv3.json.gz` in a checkout of danijar/dreamerv3,
+e.g. `dmc_vision-dreamerv3.json.gz`); the summary then prints beside ours the
+original's score at the same env steps (the mean over its seeds of the
+episodes that ended since the previous row). The task is the run's
+(`--reference_task` overrides it).
 """
 
 import argparse
+import gzip
 import json
 import os
 import pathlib
@@ -45,6 +53,11 @@ def main(argv=None):
                         help='seconds between progress lines')
     parser.add_argument('--analyze', default='',
                         help='summarise an existing learning.json')
+    parser.add_argument('--reference', default='',
+                        help="the original's published scores, "
+                             'scores/<suite>-dreamerv3.json.gz')
+    parser.add_argument('--reference_task', default='',
+                        help='the task in --reference (default: the run\'s)')
     args, extra = parser.parse_known_args(argv)
     extra = [x for x in extra if x != '--']
     if args.analyze:
@@ -52,12 +65,18 @@ def main(argv=None):
         record = json.loads(path.read_text())
         record.setdefault('target', args.target)
         record.setdefault('ymax', args.ymax)
+        if args.reference:
+            record['reference'] = reference_settings(args, path.parent)
         plot(record, path.parent)
         summarize(record)
         return
     logdir = pathlib.Path(args.logdir or f'/tmp/embodied-learning-{int(time.time())}')
+    if args.reference:
+        load_reference(args.reference)  # A bad file fails before the run.
     record = run(logdir, args, extra)
     record.update(target=args.target, ymax=args.ymax)
+    if args.reference:
+        record['reference'] = reference_settings(args, logdir)
     (logdir / 'learning.json').write_text(json.dumps(record))
     plot(record, logdir)
     summarize(record)
@@ -123,6 +142,69 @@ class Follower:
         return [json.loads(line) for line in text[:end].splitlines() if line]
 
 
+def load_reference(path):
+    """The runs in one of the original's published score files: a list of
+    {'task', 'method', 'seed', 'xs' (env steps), 'ys' (episode scores)}."""
+    try:
+        with gzip.open(path, 'rt') as f:
+            runs = json.load(f)
+        if not all({'task', 'xs', 'ys'} <= set(r) for r in runs):
+            raise ValueError('entries need task, xs and ys')
+    except (OSError, ValueError, TypeError) as e:
+        raise SystemExit(
+            f'--reference {path}: not a published scores file '
+            f'(gzipped JSON list of runs): {e}')
+    return runs
+
+
+def reference_settings(args, logdir):
+    task = args.reference_task
+    if not task:
+        import elements
+        config = logdir / 'config.yaml'
+        if not config.exists():
+            raise SystemExit(
+                f'--reference: {config} is missing; name the task with '
+                f'--reference_task.')
+        task = elements.Config.load(str(config))['task']
+    return {'path': str(args.reference), 'task': task}
+
+
+def reference_runs(runs, task):
+    """The runs of `task`. The original's files name Atari 100k games
+    `atari_<game>` and ball_in_cup `ball_in_cup`, where our tasks are
+    `atari100k_<game>` and `dmc_cup_<task>`."""
+    names = [task]
+    if task.startswith('atari100k_'):
+        names.append('atari_' + task[len('atari100k_'):])
+    if task.startswith('dmc_cup_'):
+        names.append('dmc_ball_in_cup_' + task[len('dmc_cup_'):])
+    for name in names:
+        found = [r for r in runs if r['task'] == name]
+        if found:
+            return found
+    known = sorted({r['task'] for r in runs})
+    raise SystemExit(
+        f"--reference has no runs of task {task!r} (tried {names}); it has "
+        f"{', '.join(known[:8])}{' ...' if len(known) > 8 else ''}; pick one "
+        f'with --reference_task.')
+
+
+def reference_score(runs, lo, hi):
+    """The original's score at env steps (lo, hi]: per seed the mean of its
+    episodes that ended there (or its last one before `hi`, where none did),
+    then the mean over seeds; None before its first episode."""
+    values = []
+    for r in runs:
+        xs, ys = np.asarray(r['xs'], float), np.asarray(r['ys'], float)
+        inside = (xs > lo) & (xs <= hi)
+        if inside.any():
+            values.append(ys[inside].mean())
+        elif (xs <= hi).any():
+            values.append(ys[xs <= hi][-1])
+    return float(np.mean(values)) if values else None
+
+
 def episode_times(episodes):
     """Wall seconds at which each episode ended. The logger writes scores in
     bursts, so every episode of a burst was seen at the same poll; the times
@@ -163,11 +245,24 @@ def summarize(record):
     scores = np.array(window_scores(episodes))
     print(f'Episodes: {len(episodes)}, wall {record["wall"] / 60:.1f} min, '
           f'env steps {steps[-1]}, exit code {record["returncode"]}.')
-    print('   min   env steps   score(last 20)')
+    reference = record.get('reference')
+    header = '   min   env steps   score(last 20)'
+    if reference:
+        runs = reference_runs(load_reference(reference['path']), reference['task'])
+        header += (f'   original {reference["task"]} ({len(runs)} seeds, '
+                   f'{os.path.basename(reference["path"])})')
+    print(header)
+    previous = 0
     for minute in range(5, int(record['wall'] / 60) + 5, 5):
         index = np.searchsorted(times, minute * 60, 'right') - 1
         if index >= 0:
-            print(f'{minute:6d} {steps[index]:11d} {scores[index]:10.1f}')
+            line = f'{minute:6d} {steps[index]:11d} {scores[index]:10.1f}'
+            if reference:
+                value = reference_score(runs, previous, steps[index])
+                text = '-' if value is None else f'{value:.1f}'
+                line += f'       {text} (steps {previous}-{steps[index]})'
+                previous = steps[index]
+            print(line)
     target = record.get('target', TARGET)
     reached = np.nonzero(scores >= target)[0]
     if len(reached):
