@@ -110,6 +110,35 @@ def test_losses_finite_with_right_shapes(agent, config):
     assert entries['deter'].shape == (B, T, config.dyn.rssm.deter)
 
 
+def test_reset_step_sees_no_previous_action(agent, config):
+    """At an episode start the RSSM's step starts from the zero state and an
+    all-zero action encoding, whatever the carry and the previous discrete
+    action were (as the original; a masked action would encode class 0)."""
+    import jax.numpy as jnp
+    dyn = agent.model.dyn
+    B = 3
+    rng = np.random.default_rng(0)
+    carry = {
+        'deter': rng.normal(size=(B, config.dyn.rssm.deter)).astype(np.float32),
+        'stoch': np.eye(config.dyn.rssm.classes, dtype=np.float32)[
+            rng.integers(0, config.dyn.rssm.classes, (B, config.dyn.rssm.stoch))]}
+    prevact = {'action': np.array([0, 1, 1], np.int32)}
+
+    def steps(carry, prevact):
+        _, feat = dyn.observe_step(
+            carry, jnp.zeros((B, 8)), prevact, jnp.ones((B,), bool))
+        # The same step from the zero state with an unavailable action (-1),
+        # which the action encoding turns into zeros.
+        zeros = jax.tree.map(jnp.zeros_like, carry)
+        none = {'action': -jnp.ones((B,), jnp.int32)}
+        _, expected = dyn.imagine_step(zeros, none)
+        return feat['deter'], expected['deter']
+
+    _, (deter, expected) = jax.jit(nj.pure(steps))(
+        agent._state, carry, prevact, seed=np.zeros(2, np.uint32))
+    np.testing.assert_allclose(deter, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_train_outputs_replay_context_and_metrics(agent, config):
     carry = agent.init_train(config.batch_size)
     batch = make_batch(config)
