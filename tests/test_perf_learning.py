@@ -56,13 +56,16 @@ def test_summary_prints_the_original_beside_ours(tmp_path, capsys):
     out = capsys.readouterr().out
     assert 'original dmc_cartpole_balance (2 seeds' in out
     rows = [line.split() for line in out.splitlines()
-            if line.strip().split(' ')[0] in ('5', '10')]
-    assert [row[0] for row in rows] == ['5', '10']
+            if line.strip().split(' ')[0] in ('5', '10', '11.0')]
+    assert [row[0] for row in rows] == ['5', '10', '11.0']
     # Episodes end every 85.7 s: at 5 minutes our run is at env step 1500,
     # where the original's seeds scored 100 and 0; at 10 minutes at 3500,
     # with 200, 300 (seed 0) and 100, 500 (seed 1) since step 1500.
     assert rows[0][1:4] == ['1500', '1.0', '50.0']
     assert rows[1][1:4] == ['3500', '3.0', '275.0']
+    # The end of the run, after the last 5-minute row: seed 0 scored 400,
+    # seed 1 none since step 3500 (its last one, 500, counts).
+    assert rows[2][1:4] == ['4000', '3.5', '450.0']
 
 
 def test_a_bad_reference_file_is_named(tmp_path):

@@ -252,17 +252,23 @@ def summarize(record):
         header += (f'   original {reference["task"]} ({len(runs)} seeds, '
                    f'{os.path.basename(reference["path"])})')
     print(header)
-    previous = 0
-    for minute in range(5, int(record['wall'] / 60) + 5, 5):
+    previous, printed = 0, -1
+    # Every 5 minutes, then the end of the run if it has later episodes.
+    rows = [(m, f'{m:6d}') for m in range(5, int(record['wall'] / 60) + 5, 5)]
+    rows.append((record['wall'] / 60, 'end'))
+    for minute, label in rows:
         index = np.searchsorted(times, minute * 60, 'right') - 1
-        if index >= 0:
-            line = f'{minute:6d} {steps[index]:11d} {scores[index]:10.1f}'
-            if reference:
-                value = reference_score(runs, previous, steps[index])
-                text = '-' if value is None else f'{value:.1f}'
-                line += f'       {text} (steps {previous}-{steps[index]})'
-                previous = steps[index]
-            print(line)
+        if index < 0 or (label == 'end' and index == printed):
+            continue
+        label = f'{minute:6.1f}' if label == 'end' else label
+        line = f'{label} {steps[index]:11d} {scores[index]:10.1f}'
+        if reference:
+            value = reference_score(runs, previous, steps[index])
+            text = '-' if value is None else f'{value:.1f}'
+            line += f'       {text} (steps {previous}-{steps[index]})'
+            previous = steps[index]
+        printed = index
+        print(line)
     target = record.get('target', TARGET)
     reached = np.nonzero(scores >= target)[0]
     if len(reached):
