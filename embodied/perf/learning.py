@@ -254,7 +254,7 @@ def summarize(record):
     print(header)
     previous, printed = 0, -1
     # Every 5 minutes, then the end of the run if it has later episodes.
-    rows = [(m, f'{m:6d}') for m in range(5, int(record['wall'] / 60) + 5, 5)]
+    rows = [(m, f'{m:6d}') for m in range(5, int(record['wall'] / 60) + 1, 5)]
     rows.append((record['wall'] / 60, 'end'))
     for minute, label in rows:
         index = np.searchsorted(times, minute * 60, 'right') - 1
