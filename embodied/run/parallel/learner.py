@@ -25,6 +25,7 @@ import elements
 
 import embodied
 from embodied.run import arguments
+from embodied.run import learning
 from embodied.run import saving
 from embodied.run import timing
 from embodied.run import wiring
@@ -67,16 +68,10 @@ def parallel_learner(agent, barrier, args):
         for source in names}
 
     def evaluate(stream):
-        carry = agent.init_report(args.batch_size)
-        agg = elements.Agg()
-        for _ in range(args.consec_report * args.report_batches):
-            batch = next(stream, None)
-            if batch is None:
-                return None
-            with link.train_lock:
-                carry, metrics = agent.report(carry, batch)
-            agg.add(metrics)
-        return agg.result()
+        carry = agent.init_report(args.batch_size)  # Fresh, as the original.
+        _, metrics = learning.report_on(
+            agent, stream, args, carry, link.train_lock)
+        return metrics
 
     def make_stream(source):
         stream = embodied.streams.Stateless(sources[source])
