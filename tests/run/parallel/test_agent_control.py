@@ -5,6 +5,7 @@ import ast
 import pathlib
 import threading
 
+import helpers
 import pytest
 
 from embodied import rpc
@@ -99,21 +100,15 @@ def test_status_holds_actor_learner_and_server_counts(control):
 
 def test_save_waits_for_the_train_step(control):
     link = control.link
-    saved = []
-
-    class Checkpoint:
-        def save(self, tag):
-            assert link.train_lock.locked()
-            saved.append(tag)
-    link.checkpoint = Checkpoint()
+    link.checkpoint = checkpoint = helpers.LockedCheckpoint(link.train_lock)
     link.train_lock.acquire()  # A train step is running.
     thread = threading.Thread(target=control.save, args=(40,), daemon=True)
     thread.start()
     thread.join(0.2)
-    assert thread.is_alive() and not saved
+    assert thread.is_alive() and not checkpoint.saved
     link.train_lock.release()
     thread.join(10)
-    assert saved == [40]
+    assert checkpoint.saved == [40]
 
 
 def test_stop_learner_returns_once_the_learner_ended(control):

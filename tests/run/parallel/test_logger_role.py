@@ -1,6 +1,7 @@
 """The logger process's role in-process: no sockets, no subprocesses."""
 
 import elements
+import helpers
 import numpy as np
 import pytest
 
@@ -95,11 +96,5 @@ def test_silent_envs_lose_their_episode_at_the_next_write():
 
 def test_save_under_the_lock():
     role, _ = make_role()
-    saved = []
-
-    class Checkpoint:
-        def save(self, tag):
-            assert role.lock.locked()
-            saved.append(tag)
-    role.checkpoint = Checkpoint()
-    assert role.save(12.0) == 12 and saved == [12]
+    role.checkpoint = helpers.LockedCheckpoint(role.lock)
+    assert role.save(12.0) == 12 and role.checkpoint.saved == [12]

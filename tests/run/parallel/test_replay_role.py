@@ -4,6 +4,7 @@ import threading
 import time
 
 import elements
+import helpers
 import numpy as np
 import pytest
 
@@ -164,16 +165,9 @@ def test_released_inserts_skip_the_limiter():
     role.close()
 
 
-def test_update_and_save_go_to_the_replay_and_checkpoint(tmp_path):
+def test_save_under_the_lock(tmp_path):
     role = make_role()
-    saved = []
-
-    class Checkpoint:
-        directory = elements.Path(tmp_path)
-
-        def save(self, tag):
-            assert role.lock.locked()  # Apart from inserts and updates.
-            saved.append(tag)
-    role.checkpoint = Checkpoint()
-    assert role.save(7.0) == 7 and saved == [7]
+    role.checkpoint = helpers.LockedCheckpoint(
+        role.lock, elements.Path(tmp_path))
+    assert role.save(7.0) == 7 and role.checkpoint.saved == [7]
     role.close()
