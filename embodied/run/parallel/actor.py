@@ -49,7 +49,7 @@ class ActorRole:
     def __init__(self, agent, args, replay, logger, closing=None):
         self.agent = agent
         self.replay, self.logger = replay, logger
-        self.backlog = 8 * args.actor_threads
+        self.backlog = backlog(args)
         islist = lambda x: isinstance(x, list)
         initial = agent.init_policy(args.actor_batch)
         initial = elements.tree.map(lambda x: x[0], initial, isleaf=islist)
@@ -141,6 +141,11 @@ class ActorRole:
             self.settle()
 
 
+def backlog(args):
+    """How many sends to the replay and logger may be in flight."""
+    return 8 * args.actor_threads
+
+
 # The server: `act` on run.actor_addr, next to the agent's control methods.
 
 @elements.timer.section('actor')
@@ -149,12 +154,13 @@ def parallel_actor(agent, barrier, args):
     transitions to the replay and logger."""
     args = arguments.with_defaults(args)
     link = link_of(barrier)
-    backlog = 8 * args.actor_threads
-    replay = wiring.connect(args, 'replay', 'ActorReplay', maxinflight=backlog)
-    logger = wiring.connect(args, 'logger', 'ActorLogger', maxinflight=backlog)
+    link.barrier.wait()  # Do not collect data before the learner restored.
+    replay = wiring.connect(
+        args, 'replay', 'ActorReplay', maxinflight=backlog(args))
+    logger = wiring.connect(
+        args, 'logger', 'ActorLogger', maxinflight=backlog(args))
     try:
         actor = ActorRole(agent, args, replay, logger, link.shutdown)
-        link.barrier.wait()  # Do not collect data before the learner restored.
         server = rpc.Server(
             args.actor_addr, 'Actor', flush_after=args.actor_flush,
             ipv6=wiring.ipv6(args))
