@@ -55,3 +55,17 @@ def released_error(blocked, release):
     assert not thread.is_alive(), 'still blocked after the release'
     assert len(errors) == 1, errors
     return errors[0]
+
+
+class LockedCheckpoint:
+    """A checkpoint stand-in for a role's `save`: records each tag saved and
+    checks that `lock` was held meanwhile."""
+
+    def __init__(self, lock, directory=None):
+        self.lock = lock
+        self.directory = directory
+        self.saved = []
+
+    def save(self, tag):
+        assert self.lock.locked(), 'saved without holding the lock'
+        self.saved.append(tag)

@@ -299,16 +299,3 @@ def test_taken_auto_port_is_retried(monkeypatch, taken):
     assert result == 'done'
     assert FakeLaunch.attempts == taken + 1
     assert len(calls) == taken + 1
-
-
-def test_actor_and_learner_share_one_link_for_a_plain_barrier():
-    """The original hands parallel_actor and parallel_learner a plain
-    threading.Barrier; both must find the same link (saves, stop, lock)."""
-    import threading
-    from embodied.run.parallel import link
-    barrier = threading.Barrier(2)
-    first = link.link_of(barrier)
-    assert link.link_of(barrier) is first
-    assert link.link_of(threading.Barrier(2)) is not first
-    own = link.AgentLink()
-    assert link.link_of(own) is own

@@ -1,5 +1,20 @@
 """Training from a replay at a fixed train ratio, for the single-process
-runners (the parallel runner trains in its own learner thread)."""
+runners (the parallel runner trains in its own learner thread), and the
+report loop every runner shares (`report_on`).
+
+Where the single-process scripts deliberately differ from the parallel
+learner, as the original's train.py and parallel.py do:
+
+* Train ratio: here a `Ratio` clock trains `train_ratio / (batch_size *
+  batch_length)` batches per env step, in the env loop; the parallel replay
+  enforces the same ratio with a samples-per-insert limiter
+  (`train_ratio / batch_length` sequences per inserted step, with a
+  tolerance), so its learner and actor run freely within that band.
+* Report carry: here one report carry lives across reports; the parallel
+  learner starts each report from `agent.init_report`.
+"""
+
+import contextlib
 
 import elements
 
@@ -49,11 +64,18 @@ class RatioTrainer:
         return {**self.agg.result(), 'fps/train': self.fps.result()}
 
 
-def report_on(agent, stream, args, carry):
+def report_on(agent, stream, args, carry, lock=None):
     """Report metrics of the agent on `consec_report * report_batches`
-    batches of a stream; returns the new carry and the metrics."""
+    batches of `stream`; returns the new carry and the metrics (None when
+    the stream ended first). Each `agent.report` runs under `lock` when one
+    is given. The one report loop of every runner (the parallel learner
+    passes its train lock and a fresh carry per report)."""
     agg = elements.Agg()
     for _ in range(args.consec_report * args.report_batches):
-        carry, mets = agent.report(carry, next(stream))
+        batch = next(stream, None)
+        if batch is None:
+            return carry, None
+        with lock or contextlib.nullcontext():
+            carry, mets = agent.report(carry, batch)
         agg.add(mets)
     return carry, agg.result()

@@ -69,19 +69,13 @@ class Loop:
                     cp.save(int(self.step))
 
     def should_stop(self, signal):
-        """True on a stop signal, at run.steps or after run.duration,
-        saying which limit was reached."""
-        args, step = self.args, self.step
-        if signal.requested:
-            return True
-        if step >= args.steps:
-            print(f'Reached run.steps: step {int(step)} of {int(args.steps)}.')
-            return True
-        if args.duration and time.monotonic() - self.start >= args.duration:
-            print(f'Reached run.duration of {args.duration} seconds '
-                  f'at step {int(step)}.')
-            return True
-        return False
+        """True on a stop signal, at run.steps or after run.duration
+        (`stopping.stop_reason`), saying which limit was reached."""
+        reason = stopping.stop_reason(
+            self.args, self.step, self.start, signal)
+        if reason and not signal.requested:
+            print(f'{reason} at step {int(self.step)}.')
+        return reason is not None
 
     def write_metrics(self, episodes, replays=None, trainer=None):
         """Prints progress and writes the periodic metrics: `episodes` maps

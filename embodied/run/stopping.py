@@ -1,7 +1,10 @@
-"""Turns SIGTERM / SIGINT into a request to stop at the next safe point."""
+"""When a run stops: SIGTERM / SIGINT become a request to stop at the next
+safe point (`StopSignal`), and one rule, `stop_reason`, that the
+single-process scripts (`loop.Loop`) and the parallel launcher share."""
 
 import signal
 import threading
+import time
 
 
 class StopSignal:
@@ -47,3 +50,16 @@ class StopSignal:
         print(f'Received {signal.Signals(signum).name}: stopping after the '
               f'current step and saving.', flush=True)
         self.event.set()
+
+
+def stop_reason(args, step, start, signal=None):
+    """Why the run stops now, or None: a stop signal, `run.steps` reached
+    by `step` (train env steps), or `run.duration` seconds passed since
+    `start` (a `time.monotonic()` value). The same rule in every runner."""
+    if signal is not None and signal.requested:
+        return 'Received a stop signal'
+    if step >= args.steps:
+        return f'Reached run.steps ({int(args.steps)})'
+    if args.duration and time.monotonic() - start >= args.duration:
+        return f'Reached run.duration ({args.duration} s)'
+    return None

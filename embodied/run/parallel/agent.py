@@ -1,14 +1,26 @@
-"""The agent process: one agent shared by the actor and learner threads.
+"""The agent process: one agent shared by the actor and learner threads, and
+the process's control plane for the launcher.
 
     parallel_agent(make_agent, args):
-        agent = make_agent()
+        agent = make_agent(); link = AgentLink()
+        link.bind_control = AgentControl(link, args).attach
         start Thread(parallel_actor, agent, link)     # serves 'act', see actor.py
         start Thread(parallel_learner, agent, link)   # trains, see learner.py
         wait; a failed thread ends the process with its exit code
 
-`AgentLink` is what the two threads share: a barrier (the actor collects no
-data before the learner restored the checkpoint), the lock that keeps saves
-out of train steps, the learner's stop event and its progress counters.
+`AgentControl` holds the methods the launcher calls on the agent process:
+`status`, `pause`, `resume`, `drained`, `save`, `stop_learner`, `stop_envs`,
+`shutdown`. They are served on the same server as `act`, at
+`run.actor_addr`, because that one address is what the launcher, our env
+workers (also when started apart, `run.remote_envs`) and the original's env
+processes know: a second port would need a new address key for every
+launch that names its addresses, for no gain (each bound method has its own
+worker threads, so a control call never waits behind a batch of `act`). The actor thread
+opens that server after the barrier (the learner has restored) and calls
+`link.bind_control` before it starts, so the control methods are bound by
+this module and the actor binds only `act`.
+
+`AgentLink` (link.py) is what the threads share, each field with its lock.
 """
 
 import time
@@ -19,6 +31,7 @@ from embodied.run import wiring
 from embodied.run.parallel.actor import parallel_actor
 from embodied.run.parallel.learner import parallel_learner
 from embodied.run.parallel.link import AgentLink
+from embodied.run.wiring import prefix
 
 
 def parallel_agent(make_agent, args):
@@ -26,6 +39,7 @@ def parallel_agent(make_agent, args):
     args = arguments.with_defaults(args)
     agent = wiring.loads(make_agent)()
     link = AgentLink()
+    link.bind_control = AgentControl(link, args).attach
     actor = rpc.Thread(parallel_actor, agent, link, args, name='Actor')
     learner = rpc.Thread(parallel_learner, agent, link, args, name='Learner')
     actor.start()
@@ -44,6 +58,71 @@ def parallel_agent(make_agent, args):
             return 1  # The learner must only end when asked to.
         time.sleep(0.05)
     return 0
+
+
+class AgentControl:
+    """The agent process's control methods, for the launcher. Each method is
+    an RPC method of the same name, bound by `attach` on the actor's server.
+
+    They run on the server's threads and touch the actor and learner only
+    through `link` (under the locks it names) and the `act` method's queue.
+    """
+
+    METHODS = ('status', 'pause', 'resume', 'drained', 'save', 'stop_learner',
+               'stop_envs', 'shutdown')
+
+    def __init__(self, link, args):
+        self.link = link
+        self.stop_timeout = args.connect_timeout
+        self.server = None
+        self.actor = None
+
+    def attach(self, server, actor):
+        """Binds the methods on `server`, whose `act` `actor` serves."""
+        self.server, self.actor = server, actor
+        for name in self.METHODS:
+            server.bind(name, getattr(self, name))
+
+    def status(self):
+        """The actor's counters, the learner's (`learner_` prefixed) and the
+        server's (`server/`)."""
+        return {
+            **self.actor.stats(),
+            **{f'learner_{k}': v for k, v in self.link.learner_stats().items()},
+            **prefix(self.server.stats(), 'server'),
+        }
+
+    def pause(self):
+        """Holds new `act` batches back (for a save)."""
+        self.server.pause('act')
+
+    def resume(self):
+        self.server.resume('act')
+
+    def drained(self):
+        """Whether every transition the actor produced has arrived at the
+        replay and the logger."""
+        return self.server.idle('act') and self.actor.settle()
+
+    def save(self, tag):
+        """Saves the agent under `tag`, between train steps."""
+        with self.link.train_lock:
+            self.link.checkpoint.save(int(tag))
+        return int(tag)
+
+    def stop_learner(self):
+        """Stops the learner after its current step; True once it ended."""
+        self.link.learner_stop.set()
+        self.link.learner_done.wait(self.stop_timeout)
+        return self.link.learner_done.is_set()
+
+    def stop_envs(self):
+        """Answers every `act` request from now on with the stop reply."""
+        self.server.answer('act', {wiring.STOP_KEY: True})
+
+    def shutdown(self):
+        """Ends the actor's server, and with it the actor thread."""
+        self.link.shutdown.set()
 
 
 class _ThreadFailed(RuntimeError):

@@ -286,12 +286,9 @@ class _Launch:
                     f'No env worker reached the actor at {args.actor_addr} '
                     f'within {args.connect_timeout} s (run.connect_timeout); '
                     f'start them with --script parallel_envs.')
-            if signal.requested:
-                return 'Received a stop signal'
-            if step >= args.steps:
-                return f'Reached run.steps ({int(args.steps)})'
-            if args.duration and time.monotonic() - start >= args.duration:
-                return f'Reached run.duration ({args.duration} s)'
+            reason = stopping.stop_reason(args, step, start, signal)
+            if reason:
+                return reason
             if should_save():
                 self._save()
             if should_log():

@@ -11,7 +11,8 @@
 
 Batches arrive through `RemoteStream`s, prefetched; train batches through
 shared memory when the replay is on this machine (`rpc.slots`). Saves come
-from the actor thread (`save`), under the link's train lock.
+from the launcher through the agent's control (`AgentControl.save`, on a
+server thread), under `link.train_lock`.
 
 RPC methods called: replay `sample_batch_train`, `sample_batch_report`,
 `sample_batch_eval`, `update`; logger `add`.
@@ -24,6 +25,7 @@ import elements
 
 import embodied
 from embodied.run import arguments
+from embodied.run import learning
 from embodied.run import saving
 from embodied.run import timing
 from embodied.run import wiring
@@ -56,26 +58,20 @@ def parallel_learner(agent, barrier, args):
     logger = wiring.connect(args, 'logger', 'LearnerLogger', maxinflight=4)
     updater = wiring.connect(
         args, 'replay', 'LearnerReplayUpdater', maxinflight=8)
-    barrier.wait()
+    link.barrier.wait()
 
     names = ('train', 'report', 'eval') if args.eval_envs else (
         'train', 'report')
     sources = {source: remote_stream.RemoteStream(
-        args, source, stop, link.learner,
+        args, source, stop, link.count,
         shared=(source == 'train' and args.shared_batches))
         for source in names}
 
     def evaluate(stream):
-        carry = agent.init_report(args.batch_size)
-        agg = elements.Agg()
-        for _ in range(args.consec_report * args.report_batches):
-            batch = next(stream, None)
-            if batch is None:
-                return None
-            with link.train_lock:
-                carry, metrics = agent.report(carry, batch)
-            agg.add(metrics)
-        return agg.result()
+        carry = agent.init_report(args.batch_size)  # Fresh, as the original.
+        _, metrics = learning.report_on(
+            agent, stream, args, carry, link.train_lock)
+        return metrics
 
     def make_stream(source):
         stream = embodied.streams.Stateless(sources[source])
@@ -96,8 +92,8 @@ def parallel_learner(agent, barrier, args):
             start = time.monotonic()
             with elements.timer.section('train_step'), link.train_lock:
                 carry, outs, mets = agent.train(carry, batch)
-            link.learner['train_seconds'] += time.monotonic() - start
-            link.learner['train_steps'] += 1
+            link.count('train_seconds', time.monotonic() - start)
+            link.count('train_steps')
             if 'replay' in outs:
                 with elements.timer.section('replay_update'):
                     updates.append(updater.update(outs['replay']))
@@ -115,7 +111,7 @@ def parallel_learner(agent, barrier, args):
                         metrics = evaluate(stream_eval)
                         if metrics is not None:
                             logger.add(prefix(metrics, 'eval'))
-                link.learner['reports'] += 1
+                link.count('reports')
 
             if should_log():
                 stats = {}

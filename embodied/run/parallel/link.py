@@ -1,21 +1,60 @@
 """What the actor and learner threads of the agent process share."""
 
 import collections
+import dataclasses
 import threading
+from typing import Any, Callable
+
+_new = lambda cls: dataclasses.field(default_factory=cls)
 
 
-class AgentLink(threading.Barrier):
-    """The barrier between actor and learner, plus what they share: the lock
-    that keeps saves out of train steps, the learner's stop event and its
-    progress counters."""
+@dataclasses.dataclass(eq=False)
+class AgentLink:
+    """The state the actor thread, the learner thread and the agent's control
+    methods (`agent.AgentControl`) share. Beside each field: what guards it.
 
-    def __init__(self):
-        super().__init__(2)
-        self.train_lock = threading.Lock()
-        self.learner_stop = threading.Event()
-        self.learner_done = threading.Event()
-        self.checkpoint = None
-        self.learner = collections.Counter()
+    `parallel_agent` makes one; the original's callers pass a plain
+    `threading.Barrier` as `barrier`, and `link_of` attaches one to it."""
+
+    # Synchronises itself. The actor collects no data before the learner
+    # restored the agent.
+    barrier: threading.Barrier = dataclasses.field(
+        default_factory=lambda: threading.Barrier(2))
+    # Guards the agent's train state: agent.train / agent.report run under
+    # it, and so does a save (`checkpoint.save` reads the parameters).
+    train_lock: threading.Lock = _new(threading.Lock)
+    # Written by the learner before `barrier.wait()`, read after it by
+    # `save`: the barrier orders the two.
+    checkpoint: Any = None
+    # Events synchronise themselves. The learner stops when `learner_stop`
+    # is set and sets `learner_done` when it has ended; `shutdown` ends the
+    # actor's server.
+    learner_stop: threading.Event = _new(threading.Event)
+    learner_done: threading.Event = _new(threading.Event)
+    shutdown: threading.Event = _new(threading.Event)
+    # Guarded by `learner_lock`: the learner's progress counters, written by
+    # the learner thread and its streams, read by the control's `status`.
+    # Use `count` and `learner_stats`.
+    learner: collections.Counter = _new(collections.Counter)
+    learner_lock: threading.Lock = _new(threading.Lock)
+    # Set before the threads start, read by the actor thread once: binds the
+    # agent process's control methods on the actor's server (see agent.py).
+    # None when the original's callers run the actor on its own.
+    bind_control: Callable[[Any, Any], None] | None = None
+
+    def count(self, key, amount=1):
+        """Adds `amount` to the learner's counter `key`."""
+        with self.learner_lock:
+            self.learner[key] += amount
+
+    def learner_stats(self):
+        """A copy of the learner's counters."""
+        with self.learner_lock:
+            return dict(self.learner)
+
+    def abort(self):
+        """Frees a thread waiting at the barrier when the other one failed."""
+        self.barrier.abort()
 
 
 _LINKS_LOCK = threading.Lock()
@@ -31,5 +70,5 @@ def link_of(barrier):
     with _LINKS_LOCK:
         link = getattr(barrier, 'embodied_link', None)
         if link is None:
-            link = barrier.embodied_link = AgentLink()
+            link = barrier.embodied_link = AgentLink(barrier=barrier)
         return link

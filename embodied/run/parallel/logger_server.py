@@ -1,5 +1,6 @@
 """The logger process: counts the global step and writes metrics.
 
+    LoggerRole, one method per RPC method:
     tran(transitions)   step += train rows; episode statistics per env
     add(metrics)        from the learner and the replay
     abandon(envids)     drops the unfinished episodes of a crashed worker
@@ -25,100 +26,129 @@ from embodied.run import saving
 from embodied.run import wiring
 
 
+class LoggerRole:
+    """The logger process's logic; each RPC method is a method of the same
+    name. Owns the global step (`logger.step`) and the episode statistics.
+
+        role = LoggerRole(logger, args)
+        role.tran(transitions)   # from the actor
+        role.add(metrics)        # from the learner and the replay
+        role.write()             # every run.log_every
+
+    Methods run on the server's threads; everything they touch is under
+    `lock`. `checkpoint` must be set before `save` is called.
+    """
+
+    def __init__(self, logger, args):
+        self.logger = logger
+        self.step = logger.step
+        self.episode_timeout = args.episode_timeout
+        self.checkpoint = None
+        self.lock = threading.Lock()
+        self.episodes = {
+            False: episodeslib.EpisodeStats(logger, 'episode'),
+            True: episodeslib.EpisodeStats(logger, 'eval_episode')}
+        self.parallel = elements.Agg()
+        self.updated = {}  # envid: (time of its last step, is_eval)
+        self.counts = collections.Counter()
+
+    # RPC methods.
+
+    def add(self, metrics):
+        """Metrics to write with the next `write`."""
+        with self.lock:
+            self.logger.add(metrics)
+            self.counts['adds'] += 1
+
+    def tran(self, trans):
+        """Steps of several envs: train rows count toward the step; every
+        row goes to its env's episode statistics."""
+        now = time.monotonic()
+        envids = trans.pop('envid').tolist()
+        is_eval = trans['is_eval']
+        with self.lock:
+            self.step.increment(int((~is_eval).sum()))
+            self.counts['env_steps'] += len(envids)
+            self.parallel.add('ep_starts', trans['is_first'].sum(), agg='sum')
+            self.parallel.add('ep_ends', trans['is_last'].sum(), agg='sum')
+            for i, envid in enumerate(envids):
+                row = {k: v[i] for k, v in trans.items()}
+                evaluating = bool(row.pop('is_eval'))
+                self.updated[envid] = (now, evaluating)
+                self.episodes[evaluating].add(row, envid)
+
+    def abandon(self, envids):
+        """Drops the unfinished episodes of envs whose worker crashed."""
+        with self.lock:
+            for envid in (int(x) for x in envids):
+                self.parallel.add('env_crashes', 1, agg='sum')
+                self.counts['adds'] += 1
+                self.updated.pop(envid, None)
+                for stats in self.episodes.values():
+                    if envid in stats.episodes:
+                        stats.drop(envid)
+                        self.parallel.add('ep_abandoned', 1, agg='sum')
+
+    def status(self):
+        with self.lock:  # `tran` adds scores meanwhile.
+            score = self.episodes[False].recent_score()
+        return {'step': int(self.step), 'env_steps': self.counts['env_steps'],
+                'score': score}
+
+    def save(self, tag):
+        with self.lock:
+            self.checkpoint.save(int(tag))
+        return int(tag)
+
+    # For the process.
+
+    def write(self, extra=None):
+        """Writes what arrived since the last write, with `extra()`'s
+        metrics (prefixed `server/logger`); nothing when nothing arrived."""
+        with self.lock:
+            self._drop_stale()
+            counts = self.counts
+            if not counts['adds'] and counts['env_steps'] == counts['written']:
+                return  # Nothing new: avoid empty writes.
+            counts['adds'] = 0
+            counts['written'] = counts['env_steps']
+            logger = self.logger
+            logger.add(self.parallel.result(), prefix='parallel')
+            logger.add(self.episodes[False].result(), prefix='epstats')
+            logger.add(self.episodes[True].result(), prefix='eval_epstats')
+            if extra:
+                logger.add(extra(), prefix='server/logger')
+            logger.write()
+
+    def _drop_stale(self):
+        """Drops the episodes of envs silent for run.episode_timeout (called
+        with the periodic write, not per request)."""
+        now = time.monotonic()
+        for envid, (last, evaluating) in list(self.updated.items()):
+            if now - last >= self.episode_timeout:
+                print(f'Dropping the episode of env {envid}: no step '
+                      f'for {self.episode_timeout} s.', flush=True)
+                self.episodes[evaluating].drop(envid)
+                del self.updated[envid]
+
+
+# The process: the role behind a server on run.logger_addr.
+
 @elements.timer.section('logger')
 def parallel_logger(make_logger, args):
     """Counts the global step (train env steps), aggregates episodes and
     writes metrics."""
     args = arguments.with_defaults(args)
     logger = wiring.loads(make_logger)()
-    step = logger.step
-    lock = threading.Lock()
-    episodes = {
-        False: episodeslib.EpisodeStats(logger, 'episode'),
-        True: episodeslib.EpisodeStats(logger, 'eval_episode')}
-    parallel = elements.Agg()
-    updated = {}
-    counts = collections.Counter()
-
-    cp, tag = saving.resume_role(args, 'logger', step=step)
+    role = LoggerRole(logger, args)
+    role.checkpoint, tag = saving.resume_role(args, 'logger', step=role.step)
     if tag is not None:
-        print(f'Logger resumed at step {int(step)}.', flush=True)
-
-    def add(metrics):
-        with lock:
-            logger.add(metrics)
-            counts['adds'] += 1
-
-    def tran(trans):
-        now = time.monotonic()
-        envids = trans.pop('envid').tolist()
-        is_eval = trans['is_eval']
-        with lock:
-            step.increment(int((~is_eval).sum()))
-            counts['env_steps'] += len(envids)
-            parallel.add('ep_starts', trans['is_first'].sum(), agg='sum')
-            parallel.add('ep_ends', trans['is_last'].sum(), agg='sum')
-            for i, envid in enumerate(envids):
-                row = {k: v[i] for k, v in trans.items()}
-                evaluating = bool(row.pop('is_eval'))
-                updated[envid] = (now, evaluating)
-                episodes[evaluating].add(row, envid)
-
-    def drop_stale():
-        """Drops the episodes of envs silent for run.episode_timeout (called
-        with the periodic write, not per request)."""
-        now = time.monotonic()
-        for envid, (last, evaluating) in list(updated.items()):
-            if now - last >= args.episode_timeout:
-                print(f'Dropping the episode of env {envid}: no step '
-                      f'for {args.episode_timeout} s.', flush=True)
-                episodes[evaluating].drop(envid)
-                del updated[envid]
-
-    def abandon(envids):
-        """Drops the unfinished episodes of envs whose worker crashed."""
-        with lock:
-            for envid in (int(x) for x in envids):
-                parallel.add('env_crashes', 1, agg='sum')
-                counts['adds'] += 1
-                updated.pop(envid, None)
-                for stats in episodes.values():
-                    if envid in stats.episodes:
-                        stats.drop(envid)
-                        parallel.add('ep_abandoned', 1, agg='sum')
-
-    def status():
-        with lock:  # `tran` adds scores meanwhile.
-            score = episodes[False].recent_score()
-        return {'step': int(step), 'env_steps': counts['env_steps'],
-                'score': score}
-
-    def save(tag):
-        with lock:
-            cp.save(int(tag))
-        return int(tag)
-
-    def write():
-        with lock:
-            drop_stale()
-            if not counts['adds'] and counts['env_steps'] == counts['written']:
-                return  # Nothing new: avoid empty writes.
-            counts['adds'] = 0
-            counts['written'] = counts['env_steps']
-            logger.add(parallel.result(), prefix='parallel')
-            logger.add(episodes[False].result(), prefix='epstats')
-            logger.add(episodes[True].result(), prefix='eval_epstats')
-            logger.add(server.stats(), prefix='server/logger')
-            logger.write()
+        print(f'Logger resumed at step {int(role.step)}.', flush=True)
 
     done = threading.Event()
-    server = rpc.Server(args.logger_addr, 'Logger',
-                        ipv6=wiring.ipv6(args))
-    server.bind('add', add)
-    server.bind('tran', tran)
-    server.bind('abandon', abandon)
-    server.bind('status', status)
-    server.bind('save', save)
+    server = rpc.Server(args.logger_addr, 'Logger', ipv6=wiring.ipv6(args))
+    for name in ('add', 'tran', 'abandon', 'status', 'save'):
+        server.bind(name, getattr(role, name))
     server.bind('shutdown', done.set)
     server.start()
     should_log = embodied.LocalClock(args.log_every)
@@ -126,10 +156,9 @@ def parallel_logger(make_logger, args):
         while not done.wait(0.5):
             server.raise_error()
             if should_log():
-                write()
-        write()
+                role.write(server.stats)
+        role.write(server.stats)
     finally:
         server.close()
         logger.close()
     return 0
-

@@ -13,15 +13,16 @@ from embodied.run import wiring
 class RemoteStream:
     """Batches from the replay's `sample_batch_<source>`, requested
     `prefetch` ahead from the start. Ends (StopIteration) when `stop` is set
-    or the replay shuts down.
+    or the replay shuts down. `count(key, amount=1)` adds to the learner's
+    progress counters (`AgentLink.count`).
 
     With `shared`, once the first batch has shown the layout, batches come
     through a ring of shared-memory slots (`rpc.slots`) instead of the socket
     when the replay is on this machine, `per_request` batches a round trip."""
 
-    def __init__(self, args, source, stop, counters, prefetch=4,
+    def __init__(self, args, source, stop, count, prefetch=4,
                  shared=False, per_request=2):
-        self.source, self.stop, self.counters = source, stop, counters
+        self.source, self.stop, self.count = source, stop, count
         self.shared, self.per_request = shared, per_request
         self.ring = None
         # The batches in flight, and room for those received and held.
@@ -63,8 +64,7 @@ class RemoteStream:
             data = rpc.result(
                 future, self.stop,
                 report_every=self.report_every, report=self._report)
-        self.counters[f'{self.source}_wait_seconds'] += (
-            time.monotonic() - start)
+        self.count(f'{self.source}_wait_seconds', time.monotonic() - start)
         if data is None:
             for slot in slots or ():
                 ring.release(slot)
@@ -96,7 +96,7 @@ class RemoteStream:
         if rpc.slots.is_slot_reply(reply):
             assert int(reply) == slot, (int(reply), slot)
             ring.unlink()  # The replay has it mapped now.
-            self.counters[f'{self.source}_shared_batches'] += 1
+            self.count(f'{self.source}_shared_batches')
             return ring.read(slot)
         ring.release(slot)
         if ring is self.ring:  # Not yet replaced after an earlier one.

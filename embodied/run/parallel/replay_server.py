@@ -1,6 +1,7 @@
 """The replay process: serves the train and eval replays and enforces the
 train ratio with a samples-per-insert limiter.
 
+    ReplayRole, one method per RPC method:
     add_batch(transitions)      eval rows -> eval replay; train rows are
                                 inserted as far as the limiter allows, the
                                 rest waits (limiter.want_insert)
@@ -37,63 +38,60 @@ from embodied.run import wiring
 from embodied.run.wiring import prefix
 
 
-def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
-    """Serves the train and eval replays, enforcing the train ratio."""
-    args = arguments.with_defaults(args)
-    replay_train = wiring.loads(make_replay_train)()
-    replay_eval = wiring.loads(make_replay_eval)()
-    for replay in (replay_train, replay_eval):
-        if hasattr(replay, 'save_wait'):
-            replay.save_wait = True  # A checkpoint must not outrun its files.
-    make_stream = wiring.loads(make_stream)
-    stream_train = iter(make_stream(replay_train, 'train'))
-    stream_report = iter(make_stream(replay_train, 'report'))
-    stream_eval = iter(make_stream(replay_eval, 'eval'))
+class ReplayRole:
+    """The replay process's logic; each RPC method is a method of the same
+    name. Holds the train and eval replays and the limiter.
 
-    limiter = limiters.SamplesPerInsert(
-        args.train_ratio / args.batch_length,
-        tolerance=4 * args.batch_size,
-        minsize=args.batch_size * replay_train.length)
-    release = threading.Event()
-    lock = threading.Lock()  # Keeps saves apart from inserts and updates.
-    # Notified after inserts, samples and the release, so that limiter waits
-    # wake at once instead of at their next poll (see `limiters.wait`).
-    changed = threading.Condition()
-    counts = collections.Counter()
-    limit_agg = elements.Agg()
-    report_every = args.wait_report
-    slot_writer = rpc.slots.SlotWriter()
+        role = ReplayRole(replay_train, replay_eval, make_stream, args)
+        role.add_batch(transitions)         # from the actor
+        batch = role.sample_batch_train()   # from the learner
 
-    def wait(predicate, message, info=None):
-        try:
-            return limiters.wait(
-                predicate, message, info, report_every, release, changed)
-        except limiters.Released:
-            return None
+    Methods run on the server's threads, one per method at a time: inserts,
+    updates and saves exclude each other under `lock`; limiter waits wake
+    on `changed`; `release()` ends every wait (the run is stopping).
+    `checkpoint` must be set before `save` is called.
+    """
 
-    def notify():
-        with changed:
-            changed.notify_all()
+    def __init__(self, replay_train, replay_eval, make_stream, args):
+        self.replay_train = replay_train
+        self.replay_eval = replay_eval
+        self.batch_size = args.batch_size
+        self.batch_length = args.batch_length
+        self.report_every = args.wait_report
+        self.stream_train = iter(make_stream(replay_train, 'train'))
+        self.stream_report = iter(make_stream(replay_train, 'report'))
+        self.stream_eval = iter(make_stream(replay_eval, 'eval'))
+        self.limiter = limiters.SamplesPerInsert(
+            args.train_ratio / args.batch_length,
+            tolerance=4 * args.batch_size,
+            minsize=args.batch_size * replay_train.length)
+        self.checkpoint = None
+        self.released = threading.Event()
+        self.lock = threading.Lock()  # Keeps saves apart from inserts and updates.
+        # Notified after inserts, samples and the release, so that limiter
+        # waits wake at once instead of at their next poll (`limiters.wait`).
+        self.changed = threading.Condition()
+        self.counts = collections.Counter()
+        self.limit_agg = elements.Agg()
+        self.slot_writer = rpc.slots.SlotWriter()
+        self.logged = {'inserts': 0.0, 'insert_waits': 0.0}
 
-    def release_waits():
-        release.set()
-        notify()
+    # RPC methods.
 
-    def may_insert():
-        # The limiter's minsize counts inserts, but a sequence needs `length`
-        # steps of one env: with many envs the replay can still be empty. A
-        # sampler then waits for data, so inserts must not wait for it.
-        return limiter.want_insert() or not len(replay_train)
-
-    def add_batch(data):
+    def add_batch(self, data):
+        """Eval rows go to the eval replay; train rows to the train replay,
+        as many at a time as the limiter allows."""
+        replay_train, limiter, counts = (
+            self.replay_train, self.limiter, self.counts)
         envids = data.pop('envid')
         is_eval = data.pop('is_eval').astype(bool)
         if is_eval.any():
             rows = np.flatnonzero(is_eval)
-            with lock:
-                add_rows(replay_eval, {k: v[rows] for k, v in data.items()},
+            with self.lock:
+                add_rows(self.replay_eval,
+                         {k: v[rows] for k, v in data.items()},
                          envids[rows].tolist())
-            notify()
+            self._notify()
             counts['eval_inserts'] += len(rows)
             rows = np.flatnonzero(~is_eval)
             data = {k: v[rows] for k, v in data.items()}
@@ -102,17 +100,17 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         done = 0
         while done < len(envids):
             with elements.timer.section('replay_insert_wait'):
-                dur = wait(may_insert, 'Replay insert is waiting',
-                           limiter.state)
+                dur = self._wait(self._may_insert, 'Replay insert is waiting',
+                                 limiter.state)
             # Released at shutdown: insert anyway, so replay and logger agree.
             released = dur is None
             dur = dur or 0.0
-            limit_agg.add('insert_wait_dur', dur, agg='sum')
+            self.limit_agg.add('insert_wait_dur', dur, agg='sum')
             counts['insert_wait_seconds'] += dur
             counts['insert_waits'] += dur > 0
-            with lock:  # As many as the limiter allows in one go.
+            with self.lock:  # As many as the limiter allows in one go.
                 stop = done
-                while stop < len(envids) and (released or may_insert()):
+                while stop < len(envids) and (released or self._may_insert()):
                     limiter.insert()
                     stop += 1
                     if limiter.size > limiter.minsize:
@@ -122,99 +120,74 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
                          envids[done:stop])
             counts['inserts'] += stop - done
             done = stop
-            notify()
+            self._notify()
         return {}
 
-    def sample_batch_train(target=None):
-        """One batch; with a `target` (the learner's shared-memory slots,
-        see `rpc.slots`), one batch per slot, answered by slot numbers."""
+    def sample_batch_train(self, target=None):
+        """One batch once the limiter allows; with a `target` (the learner's
+        shared-memory slots, see `rpc.slots`), one batch per slot, answered
+        by slot numbers. None when released."""
         if target is None:
-            return sample_train()
+            return self._sample_train()
         replies = []
         for one in rpc.slots.split(target):
-            batch = sample_train()
+            batch = self._sample_train()
             if batch is None:
                 return None  # Shutting down; the learner stops on None.
-            replies.append(slot_writer.write(one, batch))
+            replies.append(self.slot_writer.write(one, batch))
         return replies
 
-    def sample_train():
-        start = time.monotonic()
-        with elements.timer.section('replay_sample_wait'):
-            needed = args.batch_size
-            while needed:
-                dur = wait(limiter.want_sample, 'Replay sample is waiting',
-                           limiter.state)
-                if dur is None:
-                    return None  # Shutting down; the learner stops on None.
-                while needed and limiter.try_sample():
-                    needed -= 1
-                notify()  # The samples may let a waiting insert go on.
-        # The limiter counts inserts of all envs: with more envs than
-        # batch_size it can allow samples before any sequence is complete.
-        if wait(lambda: len(replay_train) > 0, 'Replay train is waiting '
-                'for its first sequence', lambda: {
-                    'items': len(replay_train),
-                    'inserts': limiter.size}) is None:
-            return None
-        waited = time.monotonic() - start
-        limit_agg.add('sample_wait_dur', waited, agg='sum')
-        counts['sample_wait_seconds'] += waited
-        counts['samples'] += args.batch_size
-        return next(stream_train)  # The replay is thread-safe.
+    def sample_batch_report(self):
+        """A batch of the train replay once it has data; None when released."""
+        return self._sample_from(self.replay_train, self.stream_report, 'report')
 
-    def sample_from(replay, stream, what):
-        def sample():
-            if wait(lambda: len(replay) > 0, f'Replay {what} is waiting') is None:
-                return None  # Shutting down; the learner stops on None.
-            return next(stream)
-        return sample
+    def sample_batch_eval(self):
+        """A batch of the eval replay once it has data; None when released."""
+        return self._sample_from(self.replay_eval, self.stream_eval, 'eval')
 
-    def update(data):
-        with lock:
-            replay_train.update(data)
+    def update(self, data):
+        """Replay context from agent.train."""
+        with self.lock:
+            self.replay_train.update(data)
 
-    def status():
-        ratio = counts['samples'] * args.batch_length / max(
+    def status(self):
+        counts = self.counts
+        ratio = counts['samples'] * self.batch_length / max(
             1, counts['inserts_after_minsize'])
         return {
             **{k: float(v) for k, v in counts.items()},
-            'size': len(replay_train), 'eval_size': len(replay_eval),
-            'minsize': limiter.minsize, 'train_ratio': ratio,
+            'size': len(self.replay_train), 'eval_size': len(self.replay_eval),
+            'minsize': self.limiter.minsize, 'train_ratio': ratio,
         }
 
-    def save(tag):
-        with lock:
-            cp.save(int(tag))
-        for entry, replay in (('replay', replay_train),
-                              ('replay_eval', replay_eval)):
+    def save(self, tag):
+        """Saves replays and limiter under `tag`; prunes unused chunk files."""
+        with self.lock:
+            self.checkpoint.save(int(tag))
+        for entry, replay in (('replay', self.replay_train),
+                              ('replay_eval', self.replay_eval)):
             try:
-                replay_files.prune(
-                    getattr(replay, 'directory', None), cp.directory, entry)
+                replay_files.prune(getattr(replay, 'directory', None),
+                                   self.checkpoint.directory, entry)
             except OSError as e:
                 print(f'Could not delete old {entry} chunk files: {e}',
                       flush=True)
         return int(tag)
 
-    cp, tag = saving.resume_role(
-        args, 'replay', replay=replay_train, replay_eval=replay_eval,
-        limiter=limiter)
-    if tag is not None:
-        print(f'Replay resumed from the save at step {tag} '
-              f'({len(replay_train)} items).', flush=True)
+    def release(self):
+        """Ends every wait: inserts skip the limiter, samples answer None."""
+        self.released.set()
+        self._notify()
 
-    done = threading.Event()
-    logger = wiring.connect(args, 'logger', 'ReplayLogger', maxinflight=4)
-    should_log = embodied.LocalClock(args.log_every)
-    usage = elements.Usage(**args.usage.update(nvsmi=False))
+    # For the process.
 
-    logged = {'inserts': 0.0, 'insert_waits': 0.0}
-
-    def metrics():
-        current = status()
+    def metrics(self):
+        """The periodic metrics: limiter, counts, replay stats."""
+        current = self.status()
         stats = {}
         stats.update(timing.timer_metrics('timer/replay'))
-        stats.update(prefix(limit_agg.result(), 'limiter'))
+        stats.update(prefix(self.limit_agg.result(), 'limiter'))
+        logged = self.logged
         inserts = current.get('inserts', 0.0) - logged['inserts']
         waits = current.get('insert_waits', 0.0) - logged['insert_waits']
         if inserts:
@@ -224,28 +197,105 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         stats['limiter/train_ratio'] = current['train_ratio']
         for key in ('inserts', 'eval_inserts', 'samples'):
             stats[f'parallel_replay/{key}'] = current.get(key, 0.0)
-        stats.update(prefix(replay_train.stats(), 'replay'))
-        stats.update(prefix(replay_eval.stats(), 'replay_eval'))
-        stats.update(prefix(usage.stats(), 'usage/replay'))
-        stats.update(prefix(server.stats(), 'server/replay'))
+        stats.update(prefix(self.replay_train.stats(), 'replay'))
+        stats.update(prefix(self.replay_eval.stats(), 'replay_eval'))
         return stats
+
+    def close(self):
+        """Ends every wait and closes the replays (not `slot_writer`: a
+        sample in flight may still write to it until the server closed)."""
+        self.release()
+        for replay in (self.replay_train, self.replay_eval):
+            hasattr(replay, 'close') and replay.close()
+
+    def _wait(self, predicate, message, info=None):
+        try:
+            return limiters.wait(
+                predicate, message, info, self.report_every, self.released,
+                self.changed)
+        except limiters.Released:
+            return None
+
+    def _notify(self):
+        with self.changed:
+            self.changed.notify_all()
+
+    def _may_insert(self):
+        # The limiter's minsize counts inserts, but a sequence needs `length`
+        # steps of one env: with many envs the replay can still be empty. A
+        # sampler then waits for data, so inserts must not wait for it.
+        return self.limiter.want_insert() or not len(self.replay_train)
+
+    def _sample_train(self):
+        limiter, counts = self.limiter, self.counts
+        start = time.monotonic()
+        with elements.timer.section('replay_sample_wait'):
+            needed = self.batch_size
+            while needed:
+                dur = self._wait(limiter.want_sample,
+                                 'Replay sample is waiting', limiter.state)
+                if dur is None:
+                    return None  # Shutting down; the learner stops on None.
+                while needed and limiter.try_sample():
+                    needed -= 1
+                self._notify()  # The samples may let a waiting insert go on.
+        # The limiter counts inserts of all envs: with more envs than
+        # batch_size it can allow samples before any sequence is complete.
+        replay = self.replay_train
+        if self._wait(lambda: len(replay) > 0, 'Replay train is waiting '
+                      'for its first sequence', lambda: {
+                          'items': len(replay),
+                          'inserts': limiter.size}) is None:
+            return None
+        waited = time.monotonic() - start
+        self.limit_agg.add('sample_wait_dur', waited, agg='sum')
+        counts['sample_wait_seconds'] += waited
+        counts['samples'] += self.batch_size
+        return next(self.stream_train)  # The replay is thread-safe.
+
+    def _sample_from(self, replay, stream, what):
+        if self._wait(lambda: len(replay) > 0,
+                      f'Replay {what} is waiting') is None:
+            return None  # Shutting down; the learner stops on None.
+        return next(stream)
+
+
+# The process: the role behind a server on run.replay_addr.
+
+def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
+    """Serves the train and eval replays, enforcing the train ratio."""
+    args = arguments.with_defaults(args)
+    replay_train = wiring.loads(make_replay_train)()
+    replay_eval = wiring.loads(make_replay_eval)()
+    for replay in (replay_train, replay_eval):
+        if hasattr(replay, 'save_wait'):
+            replay.save_wait = True  # A checkpoint must not outrun its files.
+    role = ReplayRole(
+        replay_train, replay_eval, wiring.loads(make_stream), args)
+    role.checkpoint, tag = saving.resume_role(
+        args, 'replay', replay=replay_train, replay_eval=replay_eval,
+        limiter=role.limiter)
+    if tag is not None:
+        print(f'Replay resumed from the save at step {tag} '
+              f'({len(replay_train)} items).', flush=True)
+
+    done = threading.Event()
+    logger = wiring.connect(args, 'logger', 'ReplayLogger', maxinflight=4)
+    should_log = embodied.LocalClock(args.log_every)
+    usage = elements.Usage(**args.usage.update(nvsmi=False))
+
+    def metrics():
+        return {**role.metrics(), **prefix(usage.stats(), 'usage/replay'),
+                **prefix(server.stats(), 'server/replay')}
 
     def shutdown():
         logger.add(metrics()).result()  # Arrives before the logger's last write.
         done.set()
 
-    server = rpc.Server(args.replay_addr, 'Replay',
-                        ipv6=wiring.ipv6(args))
-    server.bind('add_batch', add_batch)
-    server.bind('sample_batch_train', sample_batch_train)
-    server.bind('sample_batch_report', sample_from(
-        replay_train, stream_report, 'report'))
-    server.bind('sample_batch_eval', sample_from(
-        replay_eval, stream_eval, 'eval'))
-    server.bind('update', update)
-    server.bind('status', status)
-    server.bind('save', save)
-    server.bind('release', release_waits)
+    server = rpc.Server(args.replay_addr, 'Replay', ipv6=wiring.ipv6(args))
+    for name in ('add_batch', 'sample_batch_train', 'sample_batch_report',
+                 'sample_batch_eval', 'update', 'status', 'save', 'release'):
+        server.bind(name, getattr(role, name))
     server.bind('shutdown', shutdown)
     server.start()
     try:
@@ -253,11 +303,9 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
             if should_log():
                 logger.add(metrics())
     finally:
-        release_waits()
-        for replay in (replay_train, replay_eval):
-            hasattr(replay, 'close') and replay.close()
+        role.close()
         server.close()
-        slot_writer.close()
+        role.slot_writer.close()
         logger.close(1)
     return 0
 

@@ -1,0 +1,150 @@
+"""The actor's role in-process: no sockets, no subprocesses."""
+
+import threading
+
+import elements
+import numpy as np
+import pytest
+from portal import futures
+
+from embodied.agents import testing
+from embodied.run import arguments
+from embodied.run.parallel.actor import ActorRole
+
+pytestmark = pytest.mark.timeout(60)
+
+OBS_SPACE = {
+    'count': elements.Space(np.int64),
+    'reward': elements.Space(np.float32),
+    'is_first': elements.Space(bool),
+    'is_last': elements.Space(bool),
+    'is_terminal': elements.Space(bool),
+}
+ACT_SPACE = {'action': elements.Space(np.int32, (), 0, 2)}
+
+
+class Client:
+    """A role's client: records each call; its futures resolve when told
+    (`hold`) or at once."""
+
+    def __init__(self, hold=False):
+        self.calls = []
+        self.hold = hold
+        self.pending = []
+
+    def _call(self, name, data):
+        self.calls.append((name, data))
+        future = futures.Future()
+        if self.hold:
+            self.pending.append(future)
+        else:
+            future.set_result({})
+        return future
+
+    def add_batch(self, data):
+        return self._call('add_batch', data)
+
+    def tran(self, data):
+        return self._call('tran', data)
+
+
+def make_actor(replay=None, logger=None, **kwargs):
+    args = arguments.with_defaults(
+        dict(logdir='/tmp/unused', actor_batch=2, **kwargs))
+    agent = testing.TestAgent(OBS_SPACE, ACT_SPACE, {})
+    replay = replay or Client()
+    logger = logger or Client()
+    return ActorRole(agent, args, replay, logger), replay, logger
+
+
+def obs(envids, counts, is_eval=(), **extra):
+    envids = np.asarray(envids, np.int64)
+    counts = np.asarray(counts, np.int64)
+    return {
+        'envid': envids, 'is_eval': np.isin(envids, list(is_eval)),
+        'count': counts, 'reward': np.zeros(len(envids), np.float32),
+        'is_first': counts == 0, 'is_last': np.zeros(len(envids), bool),
+        'is_terminal': np.zeros(len(envids), bool), **extra,
+    }
+
+
+def test_act_keeps_one_carry_per_env_in_any_grouping():
+    """The test agent raises when a carry does not continue its env's
+    count; envs arrive in changing groups and orders."""
+    actor, _, _ = make_actor()
+    groups = [[0, 1, 2], [2, 0], [1], [1, 2, 0], [0], [2, 1]]
+    counts = {0: 0, 1: 0, 2: 0}
+    for group in groups:
+        reply, _ = actor.act(obs(group, [counts[e] for e in group]))
+        assert reply['action'].shape == (len(group),)
+        assert not reply['reset'].any()
+        for e in group:
+            counts[e] += 1
+    for e, count in counts.items():
+        assert int(actor.carries[e]['count']) == count - 1
+    assert actor.stats()['policy_steps'] == sum(counts.values())
+    assert actor.stats()['carries'] == 3
+
+
+def test_act_with_a_swapped_carry_fails():
+    """The check above can fail: env 1 steps ahead of env 0, then the two
+    swap ids."""
+    actor, _, _ = make_actor()
+    actor.act(obs([0, 1], [0, 5]))
+    with pytest.raises(testing.DataCheckError, match='out of order'):
+        actor.act(obs([0, 1], [6, 1]))
+
+
+def test_transitions_go_to_replay_and_logger_after_the_reply():
+    actor, replay, logger = make_actor()
+    step = obs([3, 4], [0, 0], is_eval=[4],
+               **{'log/x': np.float32([1.0, 2.0])})
+    reply, trans = actor.act(step)
+    assert set(reply) == {'action', 'reset'}
+    assert replay.calls == [] and logger.calls == []  # Only after the reply.
+    actor.send(trans)
+    (name, data), = replay.calls
+    assert name == 'add_batch'
+    assert data['envid'].tolist() == [3, 4]
+    assert data['is_eval'].tolist() == [False, True]
+    assert (data['action'] == reply['action']).all()
+    assert 'log/x' not in data  # Env metrics go to the logger only.
+    (name, episode), = logger.calls
+    assert name == 'tran'
+    assert episode['log/x'].tolist() == [1.0, 2.0]
+    assert 'action' not in episode  # The env's side of the step only.
+    assert actor.settle()
+
+
+def test_send_waits_for_room_and_gives_up_when_closing():
+    replay = Client(hold=True)
+    actor, _, _ = make_actor(replay=replay, actor_threads=1)  # Backlog 8.
+    counts = 0
+    for _ in range(4):  # Two futures (replay, logger) per send.
+        _, trans = actor.act(obs([0], [counts]))
+        actor.send(trans)
+        counts += 1
+    assert not actor.settle()  # The replay has not answered yet.
+    _, trans = actor.act(obs([0], [counts]))
+    blocked = threading.Thread(target=actor.send, args=(trans,), daemon=True)
+    blocked.start()
+    blocked.join(0.3)
+    assert blocked.is_alive()  # At the backlog: waits.
+    replay.pending[0].set_result({})
+    blocked.join(10)
+    assert not blocked.is_alive() and len(replay.calls) == 5
+    # Full again; closing makes a waiting send give up.
+    _, trans = actor.act(obs([0], [counts + 1]))
+    actor.closing.set()
+    with pytest.raises(RuntimeError, match='shut down'):
+        actor.send(trans)
+
+
+def test_an_error_of_the_replay_surfaces_in_the_actor():
+    replay = Client(hold=True)
+    actor, _, _ = make_actor(replay=replay)
+    _, trans = actor.act(obs([0], [0]))
+    actor.send(trans)
+    replay.pending[0].set_error(ValueError('bad key'))
+    with pytest.raises(ValueError, match='bad key'):
+        actor.settle()

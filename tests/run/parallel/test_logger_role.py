@@ -1,0 +1,100 @@
+"""The logger process's role in-process: no sockets, no subprocesses."""
+
+import elements
+import helpers
+import numpy as np
+import pytest
+
+from embodied.run import arguments
+from embodied.run.parallel.logger_server import LoggerRole
+
+
+class Written:
+    """An elements.Logger output that keeps what was written."""
+
+    def __init__(self):
+        self.rows = []
+
+    def __call__(self, summaries):
+        self.rows.append({key: value for _, key, value in summaries})
+
+
+def make_role(**kwargs):
+    output = Written()
+    logger = elements.Logger(elements.Counter(), [output])
+    args = arguments.with_defaults(dict(logdir='/tmp/unused', **kwargs))
+    return LoggerRole(logger, args), output
+
+
+def trans(envids, rewards, is_first, is_last, is_eval=(), **extra):
+    n = len(envids)
+    return {
+        'envid': np.asarray(envids, np.int64),
+        'is_eval': np.isin(envids, list(is_eval)),
+        'reward': np.asarray(rewards, np.float32),
+        'is_first': np.asarray(is_first, bool),
+        'is_last': np.asarray(is_last, bool),
+        'is_terminal': np.zeros(n, bool), **extra,
+    }
+
+
+def test_step_counts_train_rows_only():
+    role, _ = make_role()
+    role.tran(trans([0, 1, 2], [0, 0, 0], [1, 1, 1], [0, 0, 0], is_eval=[2]))
+    role.tran(trans([0, 2], [0, 0], [0, 0], [0, 0], is_eval=[2]))
+    status = role.status()
+    assert status['step'] == 3 and int(role.step) == 3
+    assert status['env_steps'] == 5
+
+
+def test_episodes_score_per_env_and_eval_apart():
+    role, output = make_role()
+    # Env 0 and eval env 1 interleave; each episode: rewards 0, 1, 2.
+    for t in range(3):
+        role.tran(trans([0, 1], [t, 10 * t], [t == 0] * 2, [t == 2] * 2,
+                        is_eval=[1], **{'log/x': np.float32([t, t])}))
+    assert role.status()['score'] == 3.0  # Train episodes only.
+    role.write()
+    row, = output.rows
+    assert row['episode/score'] == 3.0 and row['episode/length'] == 2
+    assert row['eval_episode/score'] == 30.0
+    assert row['epstats/log/x/sum'] == 3.0
+    assert row['parallel/ep_starts'] == 2 and row['parallel/ep_ends'] == 2
+
+
+def test_abandon_drops_the_unfinished_episode():
+    role, output = make_role()
+    role.tran(trans([0, 1], [5, 5], [1, 1], [0, 0]))
+    role.abandon([0])
+    role.tran(trans([0, 1], [1, 1], [0, 0], [1, 1]))
+    # Env 0's episode restarts from its next step; env 1's is whole.
+    assert role.status()['score'] == pytest.approx((6.0 + 1.0) / 2)
+    role.write()
+    assert output.rows[-1]['parallel/ep_abandoned'] == 1
+    assert output.rows[-1]['parallel/env_crashes'] == 1
+
+
+def test_write_only_when_something_arrived():
+    role, output = make_role()
+    role.write()
+    assert output.rows == []
+    role.add({'train/loss': 1.5})
+    role.write(lambda: {'calls': 1})
+    assert output.rows[-1]['train/loss'] == 1.5
+    assert output.rows[-1]['server/logger/calls'] == 1
+    role.write()
+    assert len(output.rows) == 1
+
+
+def test_silent_envs_lose_their_episode_at_the_next_write():
+    role, output = make_role(episode_timeout=0)
+    role.tran(trans([0], [1], [1], [0]))
+    role.write()  # Env 0 is older than the timeout of 0 s.
+    role.tran(trans([0], [2], [0], [1]))
+    assert role.status()['score'] == 2.0  # The first step was dropped.
+
+
+def test_save_under_the_lock():
+    role, _ = make_role()
+    role.checkpoint = helpers.LockedCheckpoint(role.lock)
+    assert role.save(12.0) == 12 and role.checkpoint.saved == [12]

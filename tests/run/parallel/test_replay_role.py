@@ -1,0 +1,173 @@
+"""The replay process's role in-process: no sockets, no subprocesses."""
+
+import threading
+import time
+
+import elements
+import helpers
+import numpy as np
+import pytest
+
+import embodied
+from embodied.run import arguments
+from embodied.run.parallel.replay_server import ReplayRole
+
+BATCH, LENGTH = 2, 4
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def wait_until(condition, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, 'condition not reached'
+        time.sleep(0.005)
+
+
+def make_role(train_ratio=8, **kwargs):
+    args = arguments.with_defaults(dict(
+        logdir='/tmp/unused', batch_size=BATCH, batch_length=LENGTH,
+        train_ratio=train_ratio, wait_report=60, **kwargs))
+    stream = lambda replay, mode: embodied.streams.Stateless(
+        replay.sample, BATCH, mode)
+    return ReplayRole(embodied.replay.Replay(LENGTH, 10_000),
+                      embodied.replay.Replay(LENGTH, 10_000), stream, args)
+
+
+def rows(envids, t, is_eval=()):
+    """One step of each env in `envids`, as the actor sends it: `value`
+    encodes env and time step."""
+    envids = np.asarray(envids, np.int64)
+    n = len(envids)
+    return {
+        'envid': envids,
+        'is_eval': np.isin(envids, list(is_eval)),
+        'value': (envids * 1000 + t).astype(np.int64),
+        'reward': np.zeros(n, np.float32),
+        'is_first': np.full(n, t == 0), 'is_last': np.zeros(n, bool),
+        'is_terminal': np.zeros(n, bool),
+    }
+
+
+def check_sequences(batch, envids):
+    """Each sequence is consecutive steps of one env of `envids`."""
+    value = batch['value']
+    assert value.shape == (BATCH, LENGTH)
+    for seq in value:
+        assert set((seq // 1000).tolist()) <= set(envids), seq
+        assert len(set((seq // 1000).tolist())) == 1, seq
+        assert (np.diff(seq) == 1).all(), seq
+
+
+def test_eval_rows_go_to_the_eval_replay_and_train_rows_through_the_limiter():
+    role = make_role()
+    try:
+        for t in range(6):  # Fewer train inserts than the limiter's minsize.
+            role.add_batch(rows([0, 1, 2], t, is_eval=[2]))
+        status = role.status()
+        assert status['inserts'] == 12 and status['eval_inserts'] == 6
+        assert len(role.replay_eval) == 6 - LENGTH + 1
+        assert len(role.replay_train) == 2 * (6 - LENGTH + 1)
+        check_sequences(role.sample_batch_eval(), [2])
+        check_sequences(role.sample_batch_report(), [0, 1])
+    finally:
+        role.close()
+
+
+def test_train_batches_hold_consecutive_steps_of_one_env():
+    role = make_role(train_ratio=0)  # No limit past minsize: no waits.
+    try:
+        for t in range(60):
+            role.add_batch(rows([0, 1], t))
+        for _ in range(20):
+            check_sequences(role.sample_batch_train(), [0, 1])
+        assert role.status()['samples'] == 20 * BATCH
+    finally:
+        role.close()
+
+
+def test_inserts_wait_for_samples_past_minsize_and_tolerance():
+    role = make_role(train_ratio=LENGTH)  # One sampled step per insert.
+    thread = threading.Thread(target=lambda: [
+        role.add_batch(rows([0], t)) for t in range(100)], daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: not role.limiter.want_insert())
+        thread.join(0.2)
+        assert thread.is_alive()  # Blocked in add_batch.
+        inserted = role.status()['inserts']
+        assert inserted == role.limiter.minsize + 4 * BATCH - 1, inserted
+        # Each batch of samples lets BATCH more inserts in.
+        role.sample_batch_train()
+        wait_until(lambda: role.status()['inserts'] == inserted + BATCH)
+    finally:
+        role.release()
+        thread.join(10)
+        role.close()
+    assert not thread.is_alive()
+
+
+@pytest.mark.parametrize('train_ratio', [4, 32])
+def test_limiter_holds_the_train_ratio(train_ratio):
+    """Inserter and sampler run freely in two threads; the limiter makes
+    sampled steps per inserted step (past minsize) the train ratio."""
+    role = make_role(train_ratio=train_ratio)
+    batches = []
+
+    def sample():
+        while (batch := role.sample_batch_train()) is not None:
+            batches.append(batch)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        for t in range(400):
+            role.add_batch(rows([0, 1], t))
+        wait_until(lambda: not role.limiter.want_sample())  # Drained.
+    finally:
+        role.release()
+        sampler.join(10)
+        role.close()
+    assert not sampler.is_alive()
+    status = role.status()
+    assert status['inserts'] == 800
+    after_minsize = status['inserts_after_minsize']
+    ratio = len(batches) * BATCH * LENGTH / after_minsize
+    # The sampler may run ahead by the tolerance (4 * batch_size samples),
+    # the insert that reaches minsize already earns credit, and a batch it
+    # began when the limit came is not counted.
+    slack = (4 * BATCH + train_ratio / LENGTH + BATCH) * LENGTH / after_minsize
+    assert abs(ratio - train_ratio) <= slack, (ratio, train_ratio)
+    assert status['train_ratio'] == pytest.approx(ratio)
+    for batch in batches[::10]:
+        check_sequences(batch, [0, 1])
+
+
+def test_release_ends_a_waiting_sample_with_none():
+    role = make_role()
+    result = []
+    thread = threading.Thread(
+        target=lambda: result.append(role.sample_batch_train()), daemon=True)
+    thread.start()
+    thread.join(0.2)
+    assert thread.is_alive()  # Nothing inserted: the limiter holds it.
+    role.release()
+    thread.join(10)
+    assert not thread.is_alive() and result == [None]
+    role.close()
+
+
+def test_released_inserts_skip_the_limiter():
+    role = make_role()
+    role.release()
+    for t in range(100):  # Far past minsize and tolerance, no sampler.
+        role.add_batch(rows([0], t))
+    assert role.status()['inserts'] == 100
+    role.close()
+
+
+def test_save_under_the_lock(tmp_path):
+    role = make_role()
+    role.checkpoint = helpers.LockedCheckpoint(
+        role.lock, elements.Path(tmp_path))
+    assert role.save(7.0) == 7 and role.checkpoint.saved == [7]
+    role.close()
