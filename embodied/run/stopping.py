@@ -13,9 +13,12 @@ class StopSignal:
                 ...
         # final save here
 
-    A second signal while stopping raises KeyboardInterrupt, so an impatient
-    user can still abort. Only the main thread can install handlers; elsewhere
-    this does nothing but still offers the event.
+    SIGTERM only ever asks to stop, however often it arrives: schedulers and
+    `timeout` send it to the whole process group and repeat it, and a
+    preempted job must still save. A SIGINT while already stopping raises
+    KeyboardInterrupt, so a user who presses Ctrl-C twice can still abort.
+    Only the main thread can install handlers; elsewhere this does nothing
+    but still offers the event.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -42,7 +45,9 @@ class StopSignal:
 
     def _handle(self, signum, frame):
         if self.event.is_set():
-            raise KeyboardInterrupt
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return  # A repeated SIGTERM: the stop is under way already.
         self.signum = signum
         print(f'Received {signal.Signals(signum).name}: stopping after the '
               f'current step and saving.', flush=True)

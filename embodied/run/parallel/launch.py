@@ -63,7 +63,7 @@ def combined(
         replay_eval=make_replay_eval, env_train=make_env_train,
         env_eval=make_env_eval, stream=make_stream, logger=make_logger)
     factories = {k: wiring.dumps(v) for k, v in factories.items()}
-    if args.get('from_checkpoint') and saving.resume_tag(args.logdir) is None:
+    if args.get('from_checkpoint') and saving.resume_tag(args.logdir, report=False) is None:
         saving.agent_save_folder(args.from_checkpoint)
     auto = any('{auto}' in str(args[k]) for k in ADDR_KEYS)
     for attempt in range(PORT_ATTEMPTS):
@@ -273,7 +273,7 @@ class _Launch:
         should_log = embodied.LocalClock(args.log_every)
         should_save()
         should_log()
-        if saving.resume_tag(args.logdir) is None:
+        if saving.resume_tag(args.logdir, report=False) is None:
             self._save()  # A first consistent save, as load_or_save would.
         while True:
             self._check()
