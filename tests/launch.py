@@ -50,12 +50,16 @@ def run(*flags, timeout=240, module='embodied.main'):
 class Launch:
     """A command running in the background with its output in a file."""
 
-    def __init__(self, *flags, logfile, module='embodied.main', script=None):
+    def __init__(self, *flags, logfile, module='embodied.main', script=None,
+                 new_group=False):
         self.logfile = pathlib.Path(logfile)
         self._file = open(self.logfile, 'w')
+        # With `new_group`, the command leads its own process group, as a
+        # job under a scheduler does, so `signal_group` reaches all of it.
         self.proc = subprocess.Popen(
             command(*flags, module=module, script=script), cwd=ROOT, env=env(),
-            stdout=self._file, stderr=subprocess.STDOUT)
+            stdout=self._file, stderr=subprocess.STDOUT,
+            start_new_session=new_group)
 
     def output(self):
         return self.logfile.read_text()
@@ -75,6 +79,10 @@ class Launch:
 
     def terminate(self, signum=signal.SIGTERM):
         self.proc.send_signal(signum)
+
+    def signal_group(self, signum=signal.SIGTERM):
+        """Sends `signum` to every process of the command's group."""
+        os.killpg(self.proc.pid, signum)
 
     def wait(self, timeout=60):
         try:

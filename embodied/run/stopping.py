@@ -17,6 +17,9 @@ class StopSignal:
     `timeout` send it to the whole process group and repeat it, and a
     preempted job must still save. A SIGINT while already stopping raises
     KeyboardInterrupt, so a user who presses Ctrl-C twice can still abort.
+    After a SIGTERM, leaving the block keeps ignoring SIGTERM instead of
+    restoring the previous handler: the process is on its way out, and a
+    late copy of the signal must not kill it after its final save.
     Only the main thread can install handlers; elsewhere this does nothing
     but still offers the event.
     """
@@ -40,6 +43,8 @@ class StopSignal:
 
     def __exit__(self, *exc):
         for signum, handler in self._previous.items():
+            if signum == signal.SIGTERM and self.signum == signal.SIGTERM:
+                handler = signal.SIG_IGN
             signal.signal(signum, handler)
         self._previous.clear()
 
