@@ -22,6 +22,7 @@ import embodied
 from embodied import config as configlib
 from embodied.run import arguments
 from embodied.run import memory
+from embodied.run import validation
 
 SUITES = {
     'dummy': 'embodied.envs.dummy:Dummy',
@@ -43,6 +44,8 @@ SCRIPTS = (
     'train', 'train_eval', 'eval_only', 'parallel', 'parallel_env',
     'parallel_envs', 'parallel_replay')
 
+REPLAY_SCRIPTS = ('train', 'train_eval', 'parallel', 'parallel_replay')
+
 
 class UsageError(Exception):
     """A bad command line or config value; the message says which."""
@@ -51,8 +54,7 @@ class UsageError(Exception):
 def main(argv=None):
     try:
         config = parse(argv)
-        if config.script in ('train', 'train_eval', 'parallel',
-                             'parallel_replay'):
+        if config.script in REPLAY_SCRIPTS:
             memory.check_replay_fits(config, replay_spaces(config))
     except (UsageError, memory.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
@@ -111,6 +113,10 @@ def _check(config):
             f"in {', '.join(SUITES)} (e.g. cartpole_balance, dummy_disc, "
             f"gym_CartPole-v1, atari_pong, crafter_reward, "
             f"dmc_walker_walk).")
+    try:
+        validation.check_config(config, replays=config.script in REPLAY_SCRIPTS)
+    except validation.BadValue as e:
+        raise UsageError(str(e)) from None
 
 
 def _message(error):
