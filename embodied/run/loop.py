@@ -18,7 +18,7 @@ class Loop:
 
         loop = Loop(args, logger)
         driver = loop.driver(make_env, range(args.envs), replay.add, ...)
-        cp = restore(args, agent, loop.step, replay=replay)
+        cp = restore(args, agent, logger, replay=replay)
         loop.begin('Start training loop')
         loop.run(driver, policy, cp, {'epstats': stats}, {'replay': replay})
         loop.finish(cp, stats)
@@ -113,10 +113,12 @@ class Loop:
         print(f'[Summary] {summary}', flush=True)
 
 
-def restore(args, agent, step, **replays):
+def restore(args, agent, logger, **replays):
     """The run's checkpoint of `agent`, the `replays` (by name) and the
-    `step`: resumed from `args.logdir`, or, with nothing to resume, the agent
-    from `run.from_checkpoint`."""
+    `logger`'s step: resumed from `args.logdir`, or, with nothing to resume,
+    the agent from `run.from_checkpoint`. Metrics the logger's outputs hold
+    for steps after the resumed one are moved aside."""
+    step = logger.step
     cp = saving.RunCheckpoint(args)
     cp['agent'].agent = agent
     for name, replay in replays.items():
@@ -129,4 +131,5 @@ def restore(args, agent, step, **replays):
     tag = cp.load_or_save(0)
     if tag is not None:
         print(f'Resumed from the save at step {tag}.')
+    saving.rewind_outputs(logger, tag)
     return cp

@@ -115,6 +115,22 @@ def resume_tag(logdir, report=True):
         cplib.Checkpoint(directory(logdir, role)) for role in ROLES], report)
 
 
+def rewind_outputs(logger, tag):
+    """After the logger's step was restored to `tag` (None: a fresh start
+    at 0), has each output that keeps earlier launches' metrics drop or
+    move aside what was written for steps after it, so a resumed run's
+    metrics never repeat steps (see `JSONLOutput.rewind`)."""
+    step = int(tag or 0) * getattr(logger, 'multiplier', 1)
+    for output in getattr(logger, 'outputs', ()):
+        rewind = getattr(output, 'rewind', None)
+        if rewind:
+            moved = rewind(step)
+            if moved:
+                print(f'Moved {moved} metrics lines of steps after the '
+                      f'resumed step {step} aside (see *.rewound.jsonl).',
+                      flush=True)
+
+
 def resume_role(args, role, **saveables):
     """`(checkpoint, tag)` of one role of the parallel runner: its
     checkpoint holding `saveables`, loaded from the resume tag when there

@@ -43,6 +43,7 @@ def parallel_logger(make_logger, args):
     cp, tag = saving.resume_role(args, 'logger', step=step)
     if tag is not None:
         print(f'Logger resumed at step {int(step)}.', flush=True)
+    saving.rewind_outputs(logger, tag)
 
     def add(metrics):
         with lock:
