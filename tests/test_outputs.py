@@ -124,7 +124,7 @@ def test_run_writes_tensorboard_and_timed_scores(tmp_path, script):
         '--script', script, '--configs', 'debug', '--agent_impl', 'testing',
         '--task', 'dummy_disc', '--env.dummy.length', length,
         '--env.dummy.size', 16, 16, '--run.envs', 2, '--run.steps', 200,
-        '--run.log_every', 1,
+        '--run.log_every', -1 if script == 'train' else 1,
         '--logger.outputs', 'jsonl', 'tensorboard',
         '--logdir', logdir)
     assert result.returncode == 0, result.stdout[-3000:]

@@ -36,15 +36,16 @@ class BadValue(ValueError):
         super().__init__(message)
 
 
-# key: (check, what is allowed). Seconds use 0 < x: a clock with every 0
-# never fires and with a negative every fires on every step.
+# key: (check, what is allowed). A clock with every 0 never fires and with a
+# negative every fires on every iteration: fine for logging, not for saves.
 _POSITIVE_SECONDS = 'a number of seconds > 0'
+_CLOCK = 'a number of seconds > 0, or < 0 for every iteration (0 never fires)'
 _RULES = {
     'steps': ('nonnegative', 'a number of env steps >= 0'),
     'duration': ('nonnegative', 'a number of seconds >= 0 (0: no limit)'),
     'train_ratio': ('positive', 'a number > 0 of replayed steps per env step'),
-    'log_every': ('positive', _POSITIVE_SECONDS),
-    'report_every': ('positive', _POSITIVE_SECONDS),
+    'log_every': ('nonzero', _CLOCK),
+    'report_every': ('nonzero', _CLOCK),
     'save_every': ('positive', _POSITIVE_SECONDS),
     'envs': ('positive_int', 'an integer >= 1'),
     'eval_envs': ('nonnegative_int', 'an integer >= 0'),
@@ -72,6 +73,7 @@ _RULES = {
 
 _CHECKS = {
     'positive': lambda x: _number(x) and x > 0,
+    'nonzero': lambda x: _number(x) and x != 0,
     'nonnegative': lambda x: _number(x) and x >= 0,
     'positive_int': lambda x: _integer(x) and x >= 1,
     'nonnegative_int': lambda x: _integer(x) and x >= 0,
