@@ -19,6 +19,7 @@ import elements
 import numpy as np
 import portal
 
+from . import checks
 from . import signals
 
 
@@ -131,6 +132,9 @@ class Driver:
             for i in range(self.length)]
         obs = self._step_envs(acts)
         obs = self._stack(obs)
+        problem = checks.nonfinite(obs, None)
+        if problem:
+            raise ValueError(f'Driver: {problem}')
         logs = {k: v for k, v in obs.items() if k.startswith('log/')}
         obs = {k: v for k, v in obs.items() if not k.startswith('log/')}
         self.carry, acts, outs = policy(self.carry, obs, **self.kwargs)

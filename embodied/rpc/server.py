@@ -24,7 +24,9 @@ a long-running, fault-tolerant run:
 * Requests are checked against the first one accepted (keys, dtype, trailing
   shape; a leaf of the same kind converts when its values survive, e.g.
   int64 to int32); a mismatch is answered with an error naming the key, expected and
-  actual, and the others are unaffected. Undecodable messages and malformed
+  actual, and the others are unaffected. A method bound with `check(data)`
+  answers the requests it finds a problem in (the string it returns) the
+  same way, e.g. the actor's check for non-finite observations. Undecodable messages and malformed
   frames drop that connection only. Unknown methods get an error reply.
 * An exception in a bound function answers its requests with the error and
   is kept in `error`, for the owner to end the run with (`raise_error()`).
@@ -97,6 +99,7 @@ class _Method:
         self.posting = collections.deque()  # Submitted postfn futures.
         self.paused = False
         self.fixed = None  # Reply given instead of calling the method.
+        self.check = None  # check(data) -> problem or None.
         self.stats = collections.Counter()
 
 
@@ -125,14 +128,18 @@ class Server:
     def connections(self):
         return self.socket.connections
 
-    def bind(self, name, workfn, postfn=None, batch=0, workers=1, max_post=None):
-        """Serves `name`. With `postfn`, `workfn` returns `(reply, info)`."""
+    def bind(self, name, workfn, postfn=None, batch=0, workers=1, max_post=None,
+             check=None):
+        """Serves `name`. With `postfn`, `workfn` returns `(reply, info)`.
+        With `check` (batched methods), a request for which `check(data)`
+        returns a message is answered with that message as a bad request."""
         assert not self.running, 'bind before start'
         assert name not in self.methods, name
         assert workers >= 1 and batch >= 0, (workers, batch)
         max_post = max_post or 2 * workers
         self.methods[name] = _Method(
             name, workfn, postfn, batch, workers, max_post)
+        self.methods[name].check = check
 
     def start(self):
         assert not self.running
@@ -259,6 +266,9 @@ class Server:
         if method.batch:
             args, single = _as_rows(args)
             problem, rows = self._check(method, args)
+            if not problem and method.check:
+                problem = method.check(args[0])
+                problem = problem and f'{self.name}.{name}: {problem}'
             if problem:
                 method.stats['rejected'] += 1
                 return self._send_error(addr, reqnum, _BAD_INPUT, problem)

@@ -23,6 +23,7 @@ import elements
 import numpy as np
 
 from embodied import rpc
+from embodied.core import checks
 from embodied.run import arguments
 from embodied.run import wiring
 from embodied.run.parallel.link import link_of
@@ -141,7 +142,7 @@ def parallel_actor(agent, barrier, args):
         ipv6=wiring.ipv6(args))
     server.bind(
         'act', workfn, postfn, batch=args.actor_batch,
-        workers=args.actor_threads)
+        workers=args.actor_threads, check=_finite_obs)
     server.bind('status', status)
     server.bind('pause', lambda: server.pause('act'))
     server.bind('resume', lambda: server.resume('act'))
@@ -161,6 +162,13 @@ def parallel_actor(agent, barrier, args):
         replay.close(1)
         logger.close(1)
     return 0
+
+
+def _finite_obs(obs):
+    """Refuses NaN and infinite observations, which envs that skip the
+    space checks (the original's env processes) could otherwise store."""
+    envid = obs.get('envid')
+    return checks.nonfinite(obs, None if envid is None else envid.tolist())
 
 
 def _wait_envs_gone(server, timeout=5):
