@@ -98,16 +98,11 @@ def check_args(args):
             'replica', args['replica'],
             f'an integer below replicas ({args["replicas"]})'))
     if 'actor_batch' in args:
-        batch, envs = args['actor_batch'], args.get('envs')
+        batch = args['actor_batch']
         if not _integer(batch) or batch == 0 or batch < -1:
             problems.append(_problem(
                 'run.actor_batch', batch,
                 'an integer >= 1, or -1 for half of run.envs'))
-        elif _integer(envs) and envs >= 1 and batch > envs:
-            problems.append(_problem(
-                'run.actor_batch', batch,
-                f'at most run.envs ({envs}): a policy batch would never '
-                f'fill'))
     for key in ADDR_KEYS:
         if key in args:
             problem = _address_problem(args[key])
@@ -125,15 +120,29 @@ def check_args(args):
         raise BadValue(problems)
 
 
+def check_parallel(args):
+    """Raises `BadValue` for runner args that only the parallel launcher
+    (`combined`) cannot work with."""
+    batch, envs = args['actor_batch'], args['envs']
+    if _integer(batch) and _integer(envs) and 1 <= envs < batch:
+        raise BadValue([_problem(
+            'run.actor_batch', batch,
+            f'at most run.envs ({envs}) for the parallel script: a policy '
+            f'batch would never fill')])
+
+
 def check_config(config, replays=True):
     """Raises `BadValue` naming every value of a full config that cannot
-    work: the runner args (see `check_args`) and, with `replays` (scripts
-    that build replays), the replay settings against the batches the
-    replays must serve."""
+    work: the runner args (see `check_args`, and `check_parallel` for the
+    parallel script) and, with `replays` (scripts that build replays), the
+    replay settings against the batches the replays must serve."""
     from embodied.run import arguments  # Avoids an import cycle.
     problems = []
+    args = arguments.from_config(config)
     try:
-        check_args(arguments.from_config(config))
+        check_args(args)
+        if config.script == 'parallel':
+            check_parallel(args)
     except BadValue as e:
         problems += e.problems
     if replays:

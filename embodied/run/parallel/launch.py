@@ -26,6 +26,8 @@ RPC methods called: actor `pause`, `resume`, `drained`, `status`, `save`,
 `shutdown`; logger `status`, `save`, `abandon`, `shutdown`.
 """
 
+import multiprocessing
+import sys
 import time
 
 import embodied
@@ -50,7 +52,18 @@ PORT_ATTEMPTS = 3
 def combined(
         make_agent, make_replay_train, make_replay_eval, make_env_train,
         make_env_eval, make_stream, make_logger, args):
-    """Runs the whole training launch until it stops; see the module doc."""
+    """Runs the whole training launch until it stops; see the module doc.
+
+    Every worker is a spawned process, which imports the script that called
+    `combined` again (as `__mp_main__`). A script must therefore call it
+    under a guard, or each worker would start a launch of its own:
+
+        if __name__ == '__main__':
+            combined(...)
+
+    Without the guard, the workers end at once with an error saying so.
+    """
+    _refuse_in_spawned_worker()
     args = arguments.with_defaults(args)
     if args.actor_batch <= 0:
         args = args.update(actor_batch=max(1, args.envs // 2))
@@ -79,6 +92,18 @@ def combined(
                 raise
             print(f'{e} Retrying with other ports.', flush=True)
 
+
+
+def _refuse_in_spawned_worker():
+    # True while a spawned child imports its parent's script (the flag that
+    # multiprocessing's own bootstrapping check reads).
+    if getattr(multiprocessing.current_process(), '_inheriting', False):
+        main = sys.modules.get('__mp_main__')
+        raise RuntimeError(
+            f"combined() was called while a worker process was starting: "
+            f"the script {getattr(main, '__file__', '')} calls it at import "
+            f"time. Workers are spawned and import the script again, so "
+            f"call combined() under `if __name__ == '__main__':`.")
 
 
 class _Launch:
