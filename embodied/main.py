@@ -23,6 +23,7 @@ from embodied import config as configlib
 from embodied.run import arguments
 from embodied.run import memory
 from embodied.run import validation
+from embodied.run import wiring
 
 SUITES = {
     'dummy': 'embodied.envs.dummy:Dummy',
@@ -55,7 +56,11 @@ def main(argv=None):
     try:
         config = parse(argv)
         if config.script in REPLAY_SCRIPTS:
-            memory.check_replay_fits(config, replay_spaces(config))
+            spaces = replay_spaces(config)
+            memory.check_replay_fits(config, spaces)
+            if not config.run.max_frame:
+                config = config.update({
+                    'run.max_frame': wiring.frame_limit(config, spaces)})
     except (UsageError, memory.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)

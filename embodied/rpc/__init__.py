@@ -1,5 +1,7 @@
 """The RPC layer of the parallel runner, on top of portal.
 
+* `auth`: the run's secret in the handshake; control methods for the
+  launcher only.
 * `addresses`: bind hosts (loopback unless named) and distinct free ports.
 * `sockets`: portal's server socket, hardened against malformed peers.
 * `server`: a single-process RPC server with batching and partial flushes.
@@ -13,6 +15,7 @@
 """
 
 from . import addresses
+from . import auth
 from . import client
 from . import server
 from . import slots

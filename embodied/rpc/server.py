@@ -32,6 +32,10 @@ a long-running, fault-tolerant run:
   is kept in `error`, for the owner to end the run with (`raise_error()`).
 * `postfn(info)` runs after the reply, one at a time, in request order; at
   most `max_post` results wait for it, which holds new batches back.
+* With `auth` (`auth.Credentials`), only peers that open with the run's
+  token are served, and the methods named in `control` only for peers that
+  opened with the launcher's control token; `max_frame` bounds the size of
+  a request (see `sockets`).
 * `pause(name)` holds new work for a method, `answer(name, value)` replies
   `value` to every pending and future request without calling the method
   (used to tell clients to stop), and `idle(name)` says whether no job of
@@ -108,11 +112,13 @@ class Server:
 
     def __init__(
             self, addr, name='Server', flush_after=0.02, ipv6=False,
-            logging=False):
+            logging=False, auth=None, control=(), max_frame=None):
         self.name = name
         self.flush_after = flush_after
+        self.control = frozenset(control) if auth is not None else frozenset()
         self.socket = sockets.ServerSocket(
-            addr, name, ipv6=ipv6, logging=logging)
+            addr, name, ipv6=ipv6, logging=logging, auth=auth,
+            max_frame=max_frame)
         self.methods = {}
         self.error = None
         self.running = False
@@ -191,7 +197,8 @@ class Server:
 
     def stats(self):
         """Counters per method since the last call, plus dropped peers."""
-        result = {'dropped': self.socket.dropped}
+        result = {'dropped': self.socket.dropped,
+                  'refused': self.socket.refused}
         for method in self.methods.values():
             counts, method.stats = method.stats, collections.Counter()
             for key, value in counts.items():
@@ -259,6 +266,12 @@ class Server:
             return self._send_error(
                 addr, reqnum, _UNKNOWN_METHOD,
                 f"Unknown method '{name}' (known: {known}).")
+        if name in self.control and addr not in self.socket.control:
+            method.stats['refused'] += 1
+            return self._send_error(
+                addr, reqnum, _BAD_INPUT,
+                f'{self.name}.{name}: only the launcher of the run may call '
+                f'this method.')
         method.stats['requests'] += 1
         if method.fixed is not None:
             return self._send(addr, reqnum, method.fixed)

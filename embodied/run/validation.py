@@ -61,6 +61,7 @@ _RULES = {
     'save_keep': ('positive_int', 'an integer >= 1'),
     'drain_timeout': ('positive', _POSITIVE_SECONDS),
     'eval_video': ('nonnegative_int', 'an integer >= 0'),
+    'max_frame': ('nonnegative_int', 'a number of bytes >= 0 (0: derived)'),
     'batch_size': ('positive_int', 'an integer >= 1'),
     'batch_length': ('positive_int', 'an integer >= 1'),
     'report_length': ('positive_int', 'an integer >= 1'),
@@ -91,12 +92,6 @@ def check_args(args):
     for key, (check, allowed) in _RULES.items():
         if key in args and not _CHECKS[check](args[key]):
             problems.append(_problem(prefix(key), args[key], allowed))
-    if 'replica' in args and 'replicas' in args and _integer(
-            args['replica']) and _integer(args['replicas']) and not (
-            args['replica'] < args['replicas']):
-        problems.append(_problem(
-            'replica', args['replica'],
-            f'an integer below replicas ({args["replicas"]})'))
     if 'actor_batch' in args:
         batch = args['actor_batch']
         if not _integer(batch) or batch == 0 or batch < -1:

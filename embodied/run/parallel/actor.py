@@ -137,9 +137,8 @@ def parallel_actor(agent, barrier, args):
         link.learner_done.wait(args.connect_timeout)
         return link.learner_done.is_set()
 
-    server = rpc.Server(
-        args.actor_addr, 'Actor', flush_after=args.actor_flush,
-        ipv6=wiring.ipv6(args))
+    server = wiring.server(
+        args, 'actor', 'Actor', flush_after=args.actor_flush)
     server.bind(
         'act', workfn, postfn, batch=args.actor_batch,
         workers=args.actor_threads, check=_finite_obs)

@@ -27,6 +27,7 @@ RPC methods called: actor `pause`, `resume`, `drained`, `status`, `save`,
 """
 
 import multiprocessing
+import os
 import sys
 import time
 
@@ -76,13 +77,18 @@ def combined(
         replay_eval=make_replay_eval, env_train=make_env_train,
         env_eval=make_env_eval, stream=make_stream, logger=make_logger)
     factories = {k: wiring.dumps(v) for k, v in factories.items()}
+    creds = _credentials(args)
+    if creds:  # The workers get the data token, never the control token.
+        args = args.update(secret=creds.for_workers().encode())
     if args.get('from_checkpoint') and saving.resume_tag(args.logdir, report=False) is None:
         saving.agent_save_folder(args.from_checkpoint)
     auto = any('{auto}' in str(args[k]) for k in ADDR_KEYS)
     for attempt in range(PORT_ATTEMPTS):
         filled = rpc.addresses.fill_auto(
             {k: args[k] for k in ADDR_KEYS}, wiring.ipv6(args))
-        launch = _Launch(factories, args.update(filled))
+        launch = _Launch(
+            factories, args.update(filled),
+            handshake=creds and creds.handshake(control=True))
         try:
             return launch.run()
         except rpc.WorkerFailed as e:
@@ -92,6 +98,22 @@ def combined(
                 raise
             print(f'{e} Retrying with other ports.', flush=True)
 
+
+
+def _credentials(args):
+    """The launch's credentials (see `rpc.auth`), None with run.auth False:
+    from run.secret or EMBODIED_SECRET when given; else a new secret for
+    this launch, or with roles started as separate commands the one in the
+    logdir that they read too."""
+    if not args.auth:
+        return None
+    secret = args.secret or os.environ.get(rpc.auth.ENV_VAR)
+    if not secret:
+        if args.remote_envs or args.remote_replay:
+            secret = rpc.auth.secret_file(args.logdir)
+        else:
+            secret = rpc.auth.new_secret()
+    return rpc.auth.Credentials.decode(secret)
 
 
 def _refuse_in_spawned_worker():
@@ -117,8 +139,9 @@ class _Launch:
 
     ROLE_OF = {'Agent': 'actor', 'Replay': 'replay', 'Logger': 'logger'}
 
-    def __init__(self, factories, args):
+    def __init__(self, factories, args, handshake=None):
         self.args = args
+        self.handshake = handshake  # The control token's, with run.auth.
         self.factories = factories
         self.group = rpc.Supervisor()
         f = factories
@@ -264,9 +287,10 @@ class _Launch:
         next_report = start + self.args.wait_report
         for role in ('logger', 'replay', 'actor'):
             addr = self.args[f'{role}_addr']
+            options = {'handshake': self.handshake} if self.handshake else {}
             client = rpc.Client(
                 rpc.addresses.client_addr(addr, wiring.ipv6(self.args)),
-                f'Launcher{role.title()}', logging=False)
+                f'Launcher{role.title()}', logging=False, **options)
             while not client.connect(0.2):
                 self._check()
                 now = time.monotonic()

@@ -18,7 +18,6 @@ import time
 import elements
 
 import embodied
-from embodied import rpc
 from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import saving
@@ -113,8 +112,7 @@ def parallel_logger(make_logger, args):
             logger.write()
 
     done = threading.Event()
-    server = rpc.Server(args.logger_addr, 'Logger',
-                        ipv6=wiring.ipv6(args))
+    server = wiring.server(args, 'logger', 'Logger')
     server.bind('add', add)
     server.bind('tran', tran)
     server.bind('abandon', abandon)

@@ -234,8 +234,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         logger.add(metrics()).result()  # Arrives before the logger's last write.
         done.set()
 
-    server = rpc.Server(args.replay_addr, 'Replay',
-                        ipv6=wiring.ipv6(args))
+    server = wiring.server(args, 'replay', 'Replay')
     server.bind('add_batch', add_batch)
     server.bind('sample_batch_train', sample_batch_train)
     server.bind('sample_batch_report', sample_from(
