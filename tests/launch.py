@@ -116,6 +116,16 @@ def latest_value(logdir, key):
     return values[-1] if values else None
 
 
+def launch_ports(output):
+    """The actor, replay and logger ports a parallel launch printed."""
+    import re
+    match = re.search(
+        r'actor at [\w.]+:(\d+), replay at [\w.]+:(\d+), logger at '
+        r'[\w.]+:(\d+)', output)
+    assert match, output[-2000:]
+    return [int(port) for port in match.groups()]
+
+
 def saved_tags(logdir, role):
     folder = pathlib.Path(logdir) / 'ckpt' / role
     if not folder.exists():

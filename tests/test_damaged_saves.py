@@ -4,7 +4,6 @@ newest complete save common to every role."""
 import os
 import pickle
 import re
-import shutil
 
 import elements
 import numpy as np

@@ -1,7 +1,6 @@
 """Peers of a run: only those with the run's secret are served, control
 methods only for the launcher, and requests are bounded in size."""
 
-import re
 import socket
 
 import numpy as np
@@ -114,10 +113,7 @@ def test_unauthenticated_shutdown_and_oversized_frames_do_not_stop_a_run(
 
     def attack(run, tree):
         wait_first_step(run, tree)
-        ports = re.search(
-            r'actor at [\w.]+:(\d+), replay at [\w.]+:(\d+), logger at '
-            r'[\w.]+:(\d+)', run.output())
-        for port in map(int, ports.groups()):
+        for port in launch.launch_ports(run.output()):
             plain = portal.Client(f'127.0.0.1:{port}', 'Intruder')
             try:
                 with pytest.raises(Exception):

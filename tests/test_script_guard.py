@@ -3,12 +3,10 @@ spawned worker re-imports it; the workers refuse to launch again and the
 error says what to do."""
 
 import subprocess
-import sys
 
 import launch
 
 SCRIPT = '''
-import sys
 from functools import partial as bind
 import embodied
 from embodied import main as m

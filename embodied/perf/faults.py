@@ -33,7 +33,6 @@ import os
 import pathlib
 import random
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -158,12 +157,17 @@ def fault_sigterm(tmp, timeout):
         lost=max(0, step - saved), killed=killed_roles(run.output()))
 
 
+def wait_saves(run, count):
+    """Waits for `count` saves and step 200."""
+    run.wait_for(lambda: len(tags(run.logdir, 'logger')) >= count and (
+        run.step() >= 200), f'{count} saves')
+
+
 def fault_sigkill_role(role):
     def fault(tmp, timeout):
         run = Run(tmp / 'run', '--run.steps', '1e9', timeout=timeout)
         try:
-            run.wait_for(lambda: len(tags(tmp / 'run', 'logger')) >= 2 and (
-                run.step() >= 200), 'two saves')
+            wait_saves(run, 2)
             step = run.step()
             os.kill(run.pid(role), signal.SIGKILL)
             code = run.wait()
@@ -181,8 +185,7 @@ def fault_sigkill_role(role):
 def fault_sigkill_tree(tmp, timeout):
     run = Run(tmp / 'run', '--run.steps', '1e9', timeout=timeout)
     try:
-        run.wait_for(lambda: len(tags(tmp / 'run', 'logger')) >= 2 and (
-            run.step() >= 200), 'two saves')
+        wait_saves(run, 2)
         step = run.step()
         tree = psutil.Process(run.proc.pid).children(recursive=True)
     finally:
@@ -201,8 +204,7 @@ def fault_damaged(filename):
     def fault(tmp, timeout):
         run = Run(tmp / 'run', '--run.steps', '1e9', timeout=timeout)
         try:
-            run.wait_for(lambda: len(tags(tmp / 'run', 'logger')) >= 3 and (
-                run.step() >= 200), 'three saves')
+            wait_saves(run, 3)
             run.proc.send_signal(signal.SIGTERM)
             code = run.wait()
         finally:

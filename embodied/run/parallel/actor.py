@@ -22,7 +22,6 @@ import time
 import elements
 import numpy as np
 
-from embodied import rpc
 from embodied.core import checks
 from embodied.run import arguments
 from embodied.run import wiring
