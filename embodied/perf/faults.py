@@ -23,8 +23,9 @@ by `--timeout` seconds per command. Faults:
 
 Columns: the fault, what happened (exit codes, where the run resumed),
 steps lost (env steps counted before the fault that the resumed run does not
-have, i.e. the newest step logged minus the step resumed from, or for a stop
-the step logged minus the final save), and whether a role was killed by
+have: the largest step in the metrics, lines moved aside on resume included,
+minus the step resumed from; for a stop, the step last printed minus the
+final save; the steps since the last complete save are what a SIGKILL costs), and whether a role was killed by
 anything but the fault itself.
 """
 
@@ -56,9 +57,9 @@ ROLE_FILES = {
 class Run:
     """One command of the benchmark in its own process group."""
 
-    def __init__(self, logdir, *flags, timeout=120):
+    def __init__(self, logdir, *flags, timeout=120, name='first'):
         self.logdir = pathlib.Path(logdir)
-        self.logfile = self.logdir.parent / f'{self.logdir.name}.log'
+        self.logfile = self.logdir.parent / f'{name}.log'
         self.deadline = time.monotonic() + timeout
         env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
         env['PYTHONPATH'] = os.pathsep.join(
@@ -119,6 +120,18 @@ def tags(logdir, role):
                   if p.name.isdigit() and (p / 'done').exists())
 
 
+def last_logged_step(logdir):
+    """The largest step in the run's metrics, counting the lines a resume
+    moved aside: how far the run had counted before a fault."""
+    steps = [0]
+    for name in ('metrics.jsonl', 'metrics.rewound.jsonl'):
+        path = pathlib.Path(logdir) / name
+        if path.exists():
+            steps += [int(x) for x in re.findall(
+                r'"step": (\d+)', path.read_text(errors='replace'))]
+    return max(steps)
+
+
 def resumed_step(output):
     match = re.search(r'Logger resumed at step (\d+)', output)
     return int(match.group(1)) if match else None
@@ -131,7 +144,7 @@ def killed_roles(output, expected=()):
 
 
 def resume(logdir, timeout, target):
-    run = Run(logdir, '--run.steps', target, timeout=timeout)
+    run = Run(logdir, '--run.steps', target, timeout=timeout, name='rerun')
     code = run.wait()
     output = run.output()
     return code, resumed_step(output), output
@@ -167,17 +180,17 @@ def fault_sigkill_role(role):
     def fault(tmp, timeout):
         run = Run(tmp / 'run', '--run.steps', '1e9', timeout=timeout)
         try:
-            wait_saves(run, 2)
-            step = run.step()
+            wait_saves(run, 3)
             os.kill(run.pid(role), signal.SIGKILL)
             code = run.wait()
         finally:
             run.kill()
-        target = step + 200
+        target = run.step() + 200
         code2, resumed, output = resume(tmp / 'run', timeout, target)
+        lost = last_logged_step(tmp / 'run') - (resumed or 0)
         return dict(
             happened=f'exit {code}; rerun exit {code2}, resumed at '
-                     f'{resumed}', lost=step - (resumed or 0),
+                     f'{resumed}', lost=lost,
             killed=killed_roles(run.output(), [role]) + killed_roles(output))
     return fault
 
@@ -185,8 +198,7 @@ def fault_sigkill_role(role):
 def fault_sigkill_tree(tmp, timeout):
     run = Run(tmp / 'run', '--run.steps', '1e9', timeout=timeout)
     try:
-        wait_saves(run, 2)
-        step = run.step()
+        wait_saves(run, 3)
         tree = psutil.Process(run.proc.pid).children(recursive=True)
     finally:
         run.kill()
@@ -195,9 +207,10 @@ def fault_sigkill_tree(tmp, timeout):
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    code2, resumed, output = resume(tmp / 'run', timeout, step + 200)
+    code2, resumed, output = resume(tmp / 'run', timeout, run.step() + 200)
     return dict(happened=f'rerun exit {code2}, resumed at {resumed}',
-                lost=step - (resumed or 0), killed=killed_roles(output))
+                lost=last_logged_step(tmp / 'run') - (resumed or 0),
+                killed=killed_roles(output))
 
 
 def fault_damaged(filename):
@@ -298,6 +311,9 @@ def main(argv=None):
                         help='seconds each command may take')
     parser.add_argument('--markdown', type=str, default='')
     args = parser.parse_args(argv)
+    # A SIGTERM ends the benchmark through its `finally` blocks, which kill
+    # the run it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     rows = []
     for name in args.only:
         start = time.monotonic()
