@@ -39,7 +39,10 @@ def parallel_actor(agent, barrier, args):
     initial = agent.init_policy(args.actor_batch)
     initial = elements.tree.map(lambda x: x[0], initial, isleaf=islist)
     carries = collections.defaultdict(lambda: initial)
-    barrier.wait()  # Do not collect data before the learner restored.
+    try:
+        barrier.wait()  # Do not collect data before the learner restored.
+    except threading.BrokenBarrierError:
+        return 0  # The learner failed; the agent reports its error.
 
     backlog = 8 * args.actor_threads
     replay = wiring.connect(args, 'replay', 'ActorReplay', maxinflight=backlog)
