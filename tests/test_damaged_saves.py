@@ -13,6 +13,7 @@ import launch
 from embodied.core import checkpoint as cplib
 from embodied.core import replay as replaylib
 from embodied.run import saving
+from test_faults import run_failing
 from test_parallel import run_to_end
 
 FAST = ('--run.envs', '2', '--run.eval_envs', '0')
@@ -95,6 +96,7 @@ def test_unreadable_file_is_named_when_loaded(tmp_path):
     path.write_bytes(b'\x80\x05garbage' + data[-1:])  # Same end, bad body.
     with pytest.raises(cplib.DamagedCheckpoint, match=re.escape(str(path))):
         cp.load(5)
+    assert cp.tags() == []  # Set aside: the next start skips it.
 
 
 def test_single_process_restore_keeps_run_save_keep(tmp_path):
@@ -143,3 +145,21 @@ def test_parallel_resume_skips_damaged_newest_save(tmp_path):
     assert f'Logger resumed at step {older}' in output
     assert f'Replay resumed from the save at step {older}' in output
     assert 'BrokenBarrierError' not in output
+
+
+def test_parallel_unreadable_save_fails_naming_file_then_resumes(tmp_path):
+    logdir = tmp_path / 'run'
+    flags = (*FAST, '--run.save_every', '1e6')
+    run_to_end(logdir, '--run.steps', '200', *flags, name='first')
+    run_to_end(logdir, '--run.steps', '400', *flags, name='second')
+    newest, older = launch.saved_tags(logdir, 'agent')[-2:][::-1]
+    path = save_file(logdir, 'agent', newest)
+    data = path.read_bytes()  # Same size and last byte, a garbled body.
+    path.write_bytes(b'\x80\x05' + b'\xff' * (len(data) - 3) + data[-1:])
+    output = run_failing(logdir, '--run.steps', str(newest + 150), *flags,
+                         name='third')
+    assert str(path) in output
+    assert 'BrokenBarrierError' not in output
+    output = run_to_end(
+        logdir, '--run.steps', str(newest + 150), *flags, name='fourth')
+    assert f'Learner resumed the agent from the save at step {older}' in output

@@ -110,7 +110,17 @@ class Checkpoint:
         keys = list(self._saveables) if keys is None else keys
         path = self._directory / f'{tag:012d}'
         elements.print(f'Loading checkpoint: {path}')
-        read(path, {k: self._saveables[k].load for k in keys})
+        try:
+            read(path, {k: self._saveables[k].load for k in keys})
+        except DamagedCheckpoint as e:
+            # Out of the way, so that the next start resumes from the save
+            # before it, which every role still holds.
+            name = f'damaged-{path.name}-{uuid.uuid4().hex[:8]}'
+            target = self._directory / name
+            os.rename(str(path), str(target))
+            raise DamagedCheckpoint(
+                f'{e} The save was moved to {target}; start the run again '
+                f'to resume from the save before it.') from e
         return tag
 
     def set_aside_newer(self, tag):
