@@ -21,6 +21,15 @@ error a restart cannot fix stops the run in order with a save, then
 the agent, replay or logger dies, the others save under the last step and
 everything is killed (`_salvage`).
 
+Peers (`rpc.auth`, with run.auth): the launcher makes the run's secret (or
+takes run.secret / EMBODIED_SECRET, or with roles started as separate
+commands the logdir's secret file), hands its workers the data token only,
+and alone holds the control token its own clients open with.
+
+Signals: SIGTERM, however often and to however many processes of the run,
+asks for a stop after the current step with a final save; workers ignore
+SIGTERM and SIGINT (`core.signals`); a second SIGINT aborts.
+
 RPC methods called: actor `pause`, `resume`, `drained`, `status`, `save`,
 `stop_learner`, `stop_envs`, `shutdown`; replay `status`, `save`, `release`,
 `shutdown`; logger `status`, `save`, `abandon`, `shutdown`.
