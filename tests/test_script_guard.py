@@ -7,6 +7,7 @@ import subprocess
 import launch
 
 SCRIPT = '''
+import sys
 from functools import partial as bind
 import embodied
 from embodied import main as m
