@@ -22,6 +22,8 @@ import embodied
 from embodied import config as configlib
 from embodied.run import arguments
 from embodied.run import memory
+from embodied.run import validation
+from embodied.run import wiring
 
 SUITES = {
     'dummy': 'embodied.envs.dummy:Dummy',
@@ -43,6 +45,8 @@ SCRIPTS = (
     'train', 'train_eval', 'eval_only', 'parallel', 'parallel_env',
     'parallel_envs', 'parallel_replay')
 
+REPLAY_SCRIPTS = ('train', 'train_eval', 'parallel', 'parallel_replay')
+
 
 class UsageError(Exception):
     """A bad command line or config value; the message says which."""
@@ -51,9 +55,12 @@ class UsageError(Exception):
 def main(argv=None):
     try:
         config = parse(argv)
-        if config.script in ('train', 'train_eval', 'parallel',
-                             'parallel_replay'):
-            memory.check_replay_fits(config, replay_spaces(config))
+        if config.script in REPLAY_SCRIPTS:
+            spaces = replay_spaces(config)
+            memory.check_replay_fits(config, spaces)
+            if not config.run.max_frame:
+                config = config.update({
+                    'run.max_frame': wiring.frame_limit(config, spaces)})
     except (UsageError, memory.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
@@ -111,6 +118,10 @@ def _check(config):
             f"in {', '.join(SUITES)} (e.g. cartpole_balance, dummy_disc, "
             f"gym_CartPole-v1, atari_pong, crafter_reward, "
             f"dmc_walker_walk).")
+    try:
+        validation.check_config(config, replays=config.script in REPLAY_SCRIPTS)
+    except validation.BadValue as e:
+        raise UsageError(str(e)) from None
 
 
 def _message(error):

@@ -50,12 +50,16 @@ def run(*flags, timeout=240, module='embodied.main'):
 class Launch:
     """A command running in the background with its output in a file."""
 
-    def __init__(self, *flags, logfile, module='embodied.main', script=None):
+    def __init__(self, *flags, logfile, module='embodied.main', script=None,
+                 new_group=False):
         self.logfile = pathlib.Path(logfile)
         self._file = open(self.logfile, 'w')
+        # With `new_group`, the command leads its own process group, as a
+        # job under a scheduler does, so `signal_group` reaches all of it.
         self.proc = subprocess.Popen(
             command(*flags, module=module, script=script), cwd=ROOT, env=env(),
-            stdout=self._file, stderr=subprocess.STDOUT)
+            stdout=self._file, stderr=subprocess.STDOUT,
+            start_new_session=new_group)
 
     def output(self):
         return self.logfile.read_text()
@@ -75,6 +79,10 @@ class Launch:
 
     def terminate(self, signum=signal.SIGTERM):
         self.proc.send_signal(signum)
+
+    def signal_group(self, signum=signal.SIGTERM):
+        """Sends `signum` to every process of the command's group."""
+        os.killpg(self.proc.pid, signum)
 
     def wait(self, timeout=60):
         try:
@@ -106,6 +114,16 @@ def metrics(logdir, filename='metrics.jsonl'):
 def latest_value(logdir, key):
     values = [row[key] for row in metrics(logdir) if key in row]
     return values[-1] if values else None
+
+
+def launch_ports(output):
+    """The actor, replay and logger ports a parallel launch printed."""
+    import re
+    match = re.search(
+        r'actor at [\w.]+:(\d+), replay at [\w.]+:(\d+), logger at '
+        r'[\w.]+:(\d+)', output)
+    assert match, output[-2000:]
+    return [int(port) for port in match.groups()]
 
 
 def saved_tags(logdir, role):

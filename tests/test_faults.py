@@ -311,10 +311,7 @@ def test_garbage_to_every_port_is_dropped_and_run_continues(tmp_path):
 
     def attack(run, tree):
         wait_first_step(run, tree)
-        ports = re.search(
-            r'actor at [\w.]+:(\d+), replay at [\w.]+:(\d+), logger at '
-            r'[\w.]+:(\d+)', run.output())
-        for port in map(int, ports.groups()):
+        for port in launch.launch_ports(run.output()):
             socket.create_connection(('127.0.0.1', port), 5).close()
             for payload in payloads:
                 with socket.create_connection(('127.0.0.1', port), 5) as sock:

@@ -229,7 +229,8 @@ def test_actor_serves_original_one_env_requests_next_to_rows(tmp_path):
     logdir = tmp_path / 'run'
     actor, = launch_ports(1)
     flags = ('--run.steps', '300', '--run.envs', '2', '--run.eval_envs', '0',
-             '--run.actor_batch', '1', '--run.actor_addr', f'localhost:{actor}')
+             '--run.actor_batch', '1', '--run.actor_addr', f'localhost:{actor}',
+             '--run.auth', 'False')  # The original's env has no secret.
     main = start(logdir, '--run.remote_envs', 'True', *flags, name='main')
     ours = start(logdir, *flags, '--replica', '0', script='parallel_env',
                  name='ours')
@@ -251,8 +252,9 @@ def test_actor_batch_larger_than_envs_is_rejected(tmp_path):
         '--script', 'parallel', *COMMON, '--logdir', logdir,
         '--run.envs', '2', '--run.actor_batch', '3', module=MODULE,
         timeout=120)
-    assert result.returncode != 0
-    assert 'run.actor_batch (3) cannot exceed run.envs (2)' in result.stdout
+    assert result.returncode == 2
+    assert 'run.actor_batch = 3 is not allowed: expected at most run.envs ' \
+        '(2)' in result.stdout
 
 
 def launch_ports(count):
@@ -277,7 +279,7 @@ def test_taken_auto_port_is_retried(monkeypatch, taken):
     class FakeLaunch:
         attempts = 0
 
-        def __init__(self, factories, args):
+        def __init__(self, factories, args, handshake=None):
             self.args = args
 
         def run(self):

@@ -6,9 +6,12 @@ Layout of a checkpoint directory::
       000000001200/     one complete save, named by its integer tag
         agent.pkl
         replay-0000.pkl   (a saveable whose save() yields shards)
-        done
+        done              the manifest: {file name: size in bytes}
       000000002400/
       .tmp-...          a save in progress; ignored and removed later
+      damaged-...       a save found damaged on resume, kept for inspection
+      unused-...        a save newer than the one resumed from (a crash hit
+                        the save of some roles only); kept, never loaded
 
 Each save is written into a temporary folder, every file is fsynced, and the
 folder is renamed into place, so a process killed mid-save leaves the previous
@@ -16,9 +19,17 @@ saves intact. Only folders this class created are ever deleted: unrelated files
 in the directory are left alone. Tags are integers chosen by the caller (the
 parallel runner uses one tag for the agent, replay and logger saves of the same
 moment); without a tag, a save takes the next number after the latest.
+
+A save damaged after it was written (a truncated or deleted file: disk full,
+a copy cut short, a hand edit) is told apart without unpickling it: the
+manifest in `done` lists each file's size, and every pickle ends with its
+STOP opcode (which also covers saves written before the manifest). `damage`
+says what is wrong with a save, `latest_common` skips damaged saves naming
+the file, and `read` names the file whose unpickling failed.
 """
 
 import inspect
+import json
 import os
 import pickle
 import re
@@ -28,6 +39,11 @@ import uuid
 import elements
 
 _NAME = re.compile(r'^\d{12}$')
+_PICKLE_STOP = b'.'  # The last byte of every pickle.
+
+
+class DamagedCheckpoint(RuntimeError):
+    """A save on disk cannot be read; the message names the file."""
 
 
 class Checkpoint:
@@ -94,8 +110,39 @@ class Checkpoint:
         keys = list(self._saveables) if keys is None else keys
         path = self._directory / f'{tag:012d}'
         elements.print(f'Loading checkpoint: {path}')
-        read(path, {k: self._saveables[k].load for k in keys})
+        try:
+            read(path, {k: self._saveables[k].load for k in keys})
+        except DamagedCheckpoint as e:
+            # Out of the way, so that the next start resumes from the save
+            # before it, which every role still holds.
+            name = f'damaged-{path.name}-{uuid.uuid4().hex[:8]}'
+            target = self._directory / name
+            os.rename(str(path), str(target))
+            raise DamagedCheckpoint(
+                f'{e} The save was moved to {target}; start the run again '
+                f'to resume from the save before it.') from e
         return tag
+
+    def set_aside_newer(self, tag):
+        """Renames the saves newer than `tag` (the one a run resumes from)
+        to `damaged-<tag>` or `unused-<tag>`, so that later saves of lower
+        tags are not dropped in favour of them; returns the new names."""
+        moved = []
+        for newer in [t for t in self.tags() if t > tag]:
+            name = f'{newer:012d}'
+            kind = 'damaged' if damage(self._directory / name) else 'unused'
+            target = f'{kind}-{name}-{uuid.uuid4().hex[:8]}'
+            try:
+                os.rename(os.path.join(str(self._directory), name),
+                          os.path.join(str(self._directory), target))
+            except FileNotFoundError:
+                continue
+            moved.append(target)
+        if moved:
+            elements.print(
+                f'Set aside saves newer than the resumed one {tag} in '
+                f'{self._directory}: {", ".join(moved)}')
+        return moved
 
     def load_or_save(self):
         """Loads the latest save if there is one, else writes a first save."""
@@ -152,16 +199,21 @@ def write(path, savefns):
     tmp = os.path.join(parent, f'.tmp-{path.name}-{uuid.uuid4().hex[:8]}')
     os.makedirs(tmp)
     try:
+        sizes = {}
+
+        def put(filename, content):
+            _write_file(os.path.join(tmp, filename), content)
+            sizes[filename] = len(content)
+
         for name, savefn in savefns.items():
             data = savefn()
             if inspect.isgenerator(data):
                 for i, shard in enumerate(data):
-                    _write_file(os.path.join(tmp, f'{name}-{i:04d}.pkl'),
-                                pickle.dumps(shard))
+                    put(f'{name}-{i:04d}.pkl', pickle.dumps(shard))
             else:
-                _write_file(os.path.join(tmp, f'{name}.pkl'),
-                            pickle.dumps(data))
-        _write_file(os.path.join(tmp, 'done'), b'')
+                put(f'{name}.pkl', pickle.dumps(data))
+        _write_file(os.path.join(tmp, 'done'), json.dumps(
+            {'files': sizes}, sort_keys=True).encode())
         _fsync_dir(tmp)
         final = str(path)
         if os.path.exists(final):
@@ -184,8 +236,7 @@ def read(path, loadfns):
     names = set(os.listdir(path))
     for name, loadfn in loadfns.items():
         if f'{name}.pkl' in names:
-            with open(os.path.join(path, f'{name}.pkl'), 'rb') as f:
-                loadfn(pickle.load(f))
+            loadfn(_unpickle(os.path.join(path, f'{name}.pkl')))
         elif f'{name}-0000.pkl' in names:
             shards = sorted(
                 x for x in names
@@ -193,13 +244,54 @@ def read(path, loadfns):
 
             def generator(shards=shards):
                 for shard in shards:
-                    with open(os.path.join(path, shard), 'rb') as f:
-                        yield pickle.load(f)
+                    yield _unpickle(os.path.join(path, shard))
             loadfn(generator())
         else:
             raise KeyError(
                 f"Checkpoint {path} has no entry '{name}' "
                 f"(it has: {sorted(names - {'done'})}).")
+
+
+def _unpickle(filename):
+    try:
+        with open(filename, 'rb') as f:
+            return pickle.load(f)
+    except (pickle.UnpicklingError, EOFError, ValueError, AttributeError,
+            ImportError, IndexError, TypeError) as e:
+        raise DamagedCheckpoint(
+            f'Cannot read checkpoint file {filename}: {type(e).__name__}: '
+            f'{e}') from e
+
+
+def damage(path):
+    """What makes the save folder `path` unreadable, or None when every file
+    it should hold is there with its full size and ends like a pickle."""
+    path = str(path)
+    try:
+        with open(os.path.join(path, 'done'), 'rb') as f:
+            marker = f.read()
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return f'{path} is gone'
+    try:
+        sizes = json.loads(marker)['files'] if marker else None
+    except (ValueError, KeyError, TypeError):
+        return f'{os.path.join(path, "done")} is not a manifest of the save'
+    expected = sizes or {n: None for n in names if n.endswith('.pkl')}
+    for name, size in sorted(expected.items()):
+        filename = os.path.join(path, name)
+        try:
+            actual = os.path.getsize(filename)
+            with open(filename, 'rb') as f:
+                f.seek(max(0, actual - 1))
+                last = f.read(1)
+        except FileNotFoundError:
+            return f'{filename} is missing'
+        if size is not None and actual != size:
+            return f'{filename} has {actual} bytes, the save wrote {size}'
+        if last != _PICKLE_STOP:
+            return f'{filename} is cut short (it does not end a pickle)'
+    return None
 
 
 def write_atomic(filename, content):
@@ -231,14 +323,27 @@ def _fsync_dir(directory):
         os.close(fd)
 
 
-def latest_common(checkpoints):
-    """The newest tag that every given checkpoint has completely, or None.
+def latest_common(checkpoints, report=True):
+    """The newest tag that every given checkpoint has completely and
+    undamaged, or None. With `report`, prints each damaged save skipped.
 
     Roles that save together (agent, replay, logger) write the same tag, so a
-    crash between their writes leaves the previous common tag to resume from.
+    crash between their writes leaves the previous common tag to resume from;
+    a damaged file in one role's save makes the whole tag unusable, and the
+    next older common tag is used (every role decides the same on the same
+    disk, so they still resume together).
     """
     common = None
     for cp in checkpoints:
         tags = set(cp.tags())
         common = tags if common is None else common & tags
-    return max(common) if common else None
+    for tag in sorted(common or (), reverse=True):
+        problems = [damage(cp.directory / f'{tag:012d}') for cp in checkpoints]
+        problems = [p for p in problems if p]
+        if not problems:
+            return tag
+        if report:
+            elements.print(
+                f'Skipping the damaged save at step {tag}: '
+                f'{"; ".join(problems)}.', color='red')
+    return None

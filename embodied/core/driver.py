@@ -19,6 +19,9 @@ import elements
 import numpy as np
 import portal
 
+from . import checks
+from . import signals
+
 
 class EnvError(RuntimeError):
     """An env failed; names the env index and keeps the remote traceback."""
@@ -129,6 +132,9 @@ class Driver:
             for i in range(self.length)]
         obs = self._step_envs(acts)
         obs = self._stack(obs)
+        problem = checks.nonfinite(obs, None)
+        if problem:
+            raise ValueError(f'Driver: {problem}')
         logs = {k: v for k, v in obs.items() if k.startswith('log/')}
         obs = {k: v for k, v in obs.items() if not k.startswith('log/')}
         self.carry, acts, outs = policy(self.carry, obs, **self.kwargs)
@@ -203,9 +209,10 @@ class _EnvWorker:
     def __init__(self, index, ctor):
         self.index = index
         self.pipe, remote = multiprocessing.get_context('spawn').Pipe()
-        self.process = portal.Process(
-            _env_process, index, remote, cloudpickle.dumps(ctor),
-            name=f'env{index}', start=True)
+        with signals.deferred():  # The run's launcher handles stop signals.
+            self.process = portal.Process(
+                _env_process, index, remote, cloudpickle.dumps(ctor),
+                name=f'env{index}', start=True)
         # Only the child should hold its end, so its exit shows up as EOF.
         remote.close()
 
@@ -264,6 +271,7 @@ class _EnvWorker:
 
 def _env_process(index, pipe, ctor):
     """Body of an env process: builds the env and serves requests."""
+    signals.ignore_in_child()
     env = None
     try:
         env = cloudpickle.loads(ctor)()

@@ -478,6 +478,10 @@ class Replay:
                     'chunks': {
                         uuid.hex(): self._first_live.get(uuid, 0)
                         for uuid in self._chunks},
+                    # The chunks with a file, so a load can name lost ones.
+                    'files': sorted(
+                        uuid.hex() for uuid, c in self._chunks.items()
+                        if c.saved),
                 }
             if self.save_wait:
                 for future in futures:
@@ -514,6 +518,8 @@ class Replay:
             self._remove_stale_tempfiles(directory, names)
             entries = [e for e in map(chunklib.parse_filename, names) if e]
             skips = {}
+            if data and data.get('files'):
+                self._report_missing(data['files'], entries)
             if data and data.get('chunks') is not None:
                 held = {bytes.fromhex(k): v for k, v in data['chunks'].items()}
                 since = data.get('time', math.inf)
@@ -534,6 +540,15 @@ class Replay:
                 self._known.update(e['uuid'] for e in chosen)
                 chunks = self._compatible(chunks)
                 self._add_loaded(chunks, skips)
+
+    def _report_missing(self, files, entries):
+        on_disk = {e['uuid'].hex() for e in entries}
+        missing = [name for name in files if name not in on_disk]
+        if missing:
+            shown = ', '.join(missing[:5]) + (' ...' if len(missing) > 5 else '')
+            print(f"Replay '{self.name}': {len(missing)} chunk files that the "
+                  f"checkpoint holds are missing from {self.directory}, their "
+                  f"steps are lost (chunk ids: {shown}).", flush=True)
 
     def _remove_stale_tempfiles(self, directory, names):
         # A temporary file is left behind when a process dies mid-write. Young

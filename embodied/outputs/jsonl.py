@@ -8,6 +8,8 @@ import time
 import elements
 import numpy as np
 
+from embodied.core import checkpoint
+
 
 class JSONLOutput(elements.logger.AsyncOutput):
     """Appends one JSON line per step with the scalars logged at that step,
@@ -20,6 +22,12 @@ class JSONLOutput(elements.logger.AsyncOutput):
     first: the file's last line, or step 0 at time 0) and this one, whose
     largest step (the logger's step when it wrote) gets the time of the
     write.
+
+    A run that resumes from a save rolls its step back to the save's step,
+    and the lines written after that save describe steps it will take
+    again: `rewind(step)` (called on resume) moves them to
+    `<name>.rewound.jsonl` next to the file, so the file's steps never go
+    back and nothing written is thrown away.
     """
 
     def __init__(self, logdir, filename='metrics.jsonl', pattern=r'.*',
@@ -35,6 +43,34 @@ class JSONLOutput(elements.logger.AsyncOutput):
         self._base = self._anchor[1]
         # A line cut short by a crash is ended, not continued.
         self._newline = _ends_mid_line(str(self._filename))
+
+    def rewind(self, step):
+        """Moves the lines of steps after `step` to the `.rewound.jsonl`
+        file beside this one; returns how many moved."""
+        path = str(self._filename)
+        if not os.path.exists(path):
+            return 0
+        with open(path, 'rb') as f:
+            lines = f.read().split(b'\n')
+        kept, moved = [], []
+        for line in lines:
+            try:
+                row = json.loads(line) if line.strip() else None
+            except ValueError:
+                row = None  # A line cut short by a crash stays where it is.
+            later = isinstance(row, dict) and isinstance(
+                row.get('step'), (int, float)) and row['step'] > step
+            (moved if later else kept).append(line)
+        if not moved:
+            return 0
+        side = path[:-len('.jsonl')] if path.endswith('.jsonl') else path
+        with open(side + '.rewound.jsonl', 'ab') as f:
+            f.write(b''.join(line + b'\n' for line in moved))
+        checkpoint.write_atomic(path, b'\n'.join(kept))
+        last_step = _last_step_and_time(path)[0]
+        self._anchor = (last_step, self._base)  # Time keeps going forward.
+        self._newline = _ends_mid_line(path)
+        return len(moved)
 
     def _write(self, summaries):
         now = self._base + time.monotonic() - self._start

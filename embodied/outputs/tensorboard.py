@@ -40,6 +40,19 @@ class TensorBoardOutput(elements.logger.AsyncOutput):
         self._fps = fps
         self._videos = videos
 
+    def rewind(self, step):
+        """Tells TensorBoard that the run resumed at `step`: it drops the
+        events after `step` that earlier launches wrote (a session start
+        event, as TensorBoard's own purge of orphaned data expects)."""
+        from tensorboardX.proto import event_pb2
+        self.wait()
+        self._file.write_event(self._event(
+            wall_time=time.time(), step=int(step),
+            session_log=event_pb2.SessionLog(
+                status=event_pb2.SessionLog.START)))
+        self._file.flush()
+        return 0
+
     def _write(self, summaries):
         for step, name, value in summaries:
             proto = self._proto(name, value)

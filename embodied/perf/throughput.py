@@ -33,7 +33,7 @@ import psutil
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 COMMON = ('--configs', 'debug', '--task', 'dummy_disc',
           '--run.eval_envs', '0', '--run.log_every', '5',
-          '--run.save_every', '0', '--run.report_every', '1e9',
+          '--run.save_every', '1e9', '--run.report_every', '1e9',
           '--logger.outputs', 'jsonl')
 
 

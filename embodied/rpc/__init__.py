@@ -16,6 +16,8 @@ contract. `tests/rpc/test_portal_contract.py` names every private symbol
 used and checks the installed portal is the pinned one: moving the pin
 starts there.
 
+* `auth`: the run's secret in the handshake; control methods for the
+  launcher only.
 * `addresses`: bind hosts (loopback unless named) and distinct free ports.
 * `sockets`: portal's server socket, hardened against malformed peers.
 * `server`: a single-process RPC server with batching and partial flushes.
@@ -29,6 +31,7 @@ starts there.
 """
 
 from . import addresses
+from . import auth
 from . import client
 from . import server
 from . import slots

@@ -209,11 +209,14 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
     """A connected `Client` for `addr`, or `Unreachable` after `timeout`
     seconds (None waits forever). Every `report_every` seconds of waiting it
     prints whom it waits for. Extra kwargs go to the client (`maxinflight`,
-    `autoconn`). `ipv6` defaults to `portal.setup()`'s."""
+    `autoconn`, `handshake`: the run's, see `auth`; None: portal's). `ipv6`
+    defaults to `portal.setup()`'s."""
     if ipv6 is None:
         ipv6 = portal.context.clientkw.get('ipv6', False)
     addr = addresses.client_addr(addr, ipv6)
     kwargs.setdefault('logging', False)
+    if kwargs.get('handshake', '') is None:
+        del kwargs['handshake']
     client = Client(addr, name, **kwargs)
     start = time.monotonic()
     deadline = None if timeout is None else start + timeout

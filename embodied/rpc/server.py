@@ -24,12 +24,18 @@ a long-running, fault-tolerant run:
 * Requests are checked against the first one accepted (keys, dtype, trailing
   shape; a leaf of the same kind converts when its values survive, e.g.
   int64 to int32); a mismatch is answered with an error naming the key, expected and
-  actual, and the others are unaffected. Undecodable messages and malformed
+  actual, and the others are unaffected. A method bound with `check(data)`
+  answers the requests it finds a problem in (the string it returns) the
+  same way, e.g. the actor's check for non-finite observations. Undecodable messages and malformed
   frames drop that connection only. Unknown methods get an error reply.
 * An exception in a bound function answers its requests with the error and
   is kept in `error`, for the owner to end the run with (`raise_error()`).
 * `postfn(info)` runs after the reply, one at a time, in request order; at
   most `max_post` results wait for it, which holds new batches back.
+* With `auth` (`auth.Credentials`), only peers that open with the run's
+  token are served, and the methods named in `control` only for peers that
+  opened with the launcher's control token; `max_frame` bounds the size of
+  a request (see `sockets`).
 * `pause(name)` holds new work for a method, `answer(name, value)` replies
   `value` to every pending and future request without calling the method
   (used to tell clients to stop), and `idle(name)` says whether no job of
@@ -97,6 +103,7 @@ class _Method:
         self.posting = collections.deque()  # Submitted postfn futures.
         self.paused = False
         self.fixed = None  # Reply given instead of calling the method.
+        self.check = None  # check(data) -> problem or None.
         self.stats = collections.Counter()
 
 
@@ -105,11 +112,13 @@ class Server:
 
     def __init__(
             self, addr, name='Server', flush_after=0.02, ipv6=False,
-            logging=False):
+            logging=False, auth=None, control=(), max_frame=None):
         self.name = name
         self.flush_after = flush_after
+        self.control = frozenset(control) if auth is not None else frozenset()
         self.socket = sockets.ServerSocket(
-            addr, name, ipv6=ipv6, logging=logging)
+            addr, name, ipv6=ipv6, logging=logging, auth=auth,
+            max_frame=max_frame)
         self.methods = {}
         self.error = None
         self.running = False
@@ -125,14 +134,18 @@ class Server:
     def connections(self):
         return self.socket.connections
 
-    def bind(self, name, workfn, postfn=None, batch=0, workers=1, max_post=None):
-        """Serves `name`. With `postfn`, `workfn` returns `(reply, info)`."""
+    def bind(self, name, workfn, postfn=None, batch=0, workers=1, max_post=None,
+             check=None):
+        """Serves `name`. With `postfn`, `workfn` returns `(reply, info)`.
+        With `check` (batched methods), a request for which `check(data)`
+        returns a message is answered with that message as a bad request."""
         assert not self.running, 'bind before start'
         assert name not in self.methods, name
         assert workers >= 1 and batch >= 0, (workers, batch)
         max_post = max_post or 2 * workers
         self.methods[name] = _Method(
             name, workfn, postfn, batch, workers, max_post)
+        self.methods[name].check = check
 
     def start(self):
         assert not self.running
@@ -184,7 +197,8 @@ class Server:
 
     def stats(self):
         """Counters per method since the last call, plus dropped peers."""
-        result = {'dropped': self.socket.dropped}
+        result = {'dropped': self.socket.dropped,
+                  'refused': self.socket.refused}
         for method in self.methods.values():
             counts, method.stats = method.stats, collections.Counter()
             for key, value in counts.items():
@@ -252,6 +266,12 @@ class Server:
             return self._send_error(
                 addr, reqnum, _UNKNOWN_METHOD,
                 f"Unknown method '{name}' (known: {known}).")
+        if name in self.control and addr not in self.socket.control:
+            method.stats['refused'] += 1
+            return self._send_error(
+                addr, reqnum, _BAD_INPUT,
+                f'{self.name}.{name}: only the launcher of the run may call '
+                f'this method.')
         method.stats['requests'] += 1
         if method.fixed is not None:
             return self._send(addr, reqnum, method.fixed)
@@ -259,6 +279,9 @@ class Server:
         if method.batch:
             args, single = _as_rows(args)
             problem, rows = self._check(method, args)
+            if not problem and method.check:
+                problem = method.check(args[0])
+                problem = problem and f'{self.name}.{name}: {problem}'
             if problem:
                 method.stats['rejected'] += 1
                 return self._send_error(addr, reqnum, _BAD_INPUT, problem)

@@ -6,22 +6,39 @@ spins when a peer closes during the handshake. This subclass drops just that
 connection instead. It binds the host of its address (loopback by default),
 accepts port 0 (the kernel picks; see `port`), and raises `PortTaken` when the
 port is used by another program.
+
+With `auth` (`auth.Credentials`), a peer must open with the run's handshake
+(see `auth`); any other is dropped before a frame of it is read, and
+`control` holds the peers that opened with the launcher's control token.
+With `max_frame`, a frame whose length prefix exceeds it drops that peer
+before anything is allocated for it (replies are not limited).
 """
 
 import errno
 import socket
 
+from portal import buffers
 from portal import server_socket
 
 from . import addresses
 
 
+_REPORTED_REFUSALS = 3  # Printed refusals per server; the rest are counted.
+
+
 class ServerSocket(server_socket.ServerSocket):
 
-    def __init__(self, addr, name='Server', ipv6=False, **kwargs):
+    def __init__(self, addr, name='Server', ipv6=False, auth=None,
+                 max_frame=None, **kwargs):
         host = addresses.bind_host(addr, ipv6)
         _, port = addresses.split(addr)
         self.dropped = 0  # Connections dropped for malformed input.
+        self.refused = 0  # Connections dropped for a wrong handshake.
+        self.auth = auth
+        self.max_frame = max_frame
+        self.control = set()  # Addresses of peers with the control token.
+        if auth is not None:
+            kwargs['handshake'] = auth.handshake()
         try:
             super().__init__(port, name, host=host, ipv6=ipv6, **kwargs)
         except OSError as e:
@@ -53,6 +70,8 @@ class ServerSocket(server_socket.ServerSocket):
             pass
 
     def _recv(self, conn):
+        if self.max_frame and not conn.recvbuf:
+            conn.recvbuf = buffers.RecvBuffer(self.max_frame)
         try:
             super()._recv(conn)
         except AssertionError:
@@ -66,6 +85,35 @@ class ServerSocket(server_socket.ServerSocket):
         if not part:
             raise ConnectionResetError('closed during handshake')
         conn.handshake += part
+        if self.auth is not None:
+            return self._check_token(conn)
         if conn.handshake != self.handshake[:len(conn.handshake)]:
             self.dropped += 1
+            self.refused += 1
             self._disconnect(conn, ValueError('wrong handshake'))
+
+    def _check_token(self, conn):
+        # The common prefix is checked as it arrives; the token once whole,
+        # as either the data or the control token.
+        prefix = len(self.handshake) - 64
+        head = conn.handshake[:prefix]
+        if head != self.handshake[:len(head)]:
+            kind = None
+        elif len(conn.handshake) < len(self.handshake):
+            return
+        else:
+            kind = self.auth.kind(bytes(conn.handshake))
+        if kind is None:
+            self.dropped += 1
+            self.refused += 1
+            if self.refused <= _REPORTED_REFUSALS:
+                print(f'{self.name}: refused a connection from '
+                      f'{conn.addr[0]}:{conn.addr[1]} without the run\'s '
+                      f'secret (see run.auth in the README).', flush=True)
+            self._disconnect(conn, PermissionError('wrong handshake'))
+        elif kind == 'control':
+            self.control.add(conn.addr)
+
+    def _disconnect(self, conn, e):
+        self.control.discard(conn.addr)
+        super()._disconnect(conn, e)

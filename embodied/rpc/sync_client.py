@@ -42,15 +42,18 @@ class SyncClient:
         self.reqnum = 0
 
     @classmethod
-    def connect(cls, addr, name, timeout=None, ipv6=False, report_every=None):
+    def connect(cls, addr, name, timeout=None, ipv6=False, report_every=None,
+                handshake=None):
         """A connected client, or `Unreachable` after `timeout` seconds
-        (None: wait forever), reporting every `report_every` seconds."""
+        (None: wait forever), reporting every `report_every` seconds.
+        `handshake` is the run's (see `auth`); portal's plain one if None."""
+        handshake = (handshake or _HANDSHAKE.decode()).encode('utf-8')
         addr = addresses.client_addr(addr, ipv6)
         host, port = addresses.split(addr)
         start = time.monotonic()
         next_report = report_every and start + report_every
         while True:
-            sock = _try_connect(host, int(port), ipv6)
+            sock = _try_connect(host, int(port), ipv6, handshake)
             if sock:
                 return cls(sock, addr, name)
             now = time.monotonic()
@@ -109,13 +112,13 @@ class SyncClient:
         return _read(self.sock, length)
 
 
-def _try_connect(host, port, ipv6):
+def _try_connect(host, port, ipv6, handshake):
     family = socket.AF_INET6 if ipv6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.settimeout(10)
         sock.connect((host, port, 0, 0) if ipv6 else (host, port))
-        sock.sendall(_HANDSHAKE)
+        sock.sendall(handshake)
         sock.settimeout(None)
     except (OSError, socket.gaierror):
         sock.close()

@@ -18,8 +18,9 @@ it:
   name; `PortTaken` gives `EXIT_PORT_TAKEN`, so the launcher can retry with
   other ports. The parent reads the exception's one-line summary from
   `error`, so a launcher can say why a worker ended.
-* SIGINT and SIGTERM are ignored in children: the launcher receives them and
-  stops the run in order (a Ctrl-C reaches the whole process group).
+* SIGINT and SIGTERM are ignored in children from their first instruction
+  on (`core.signals`): the launcher receives them and stops the run in order
+  (a Ctrl-C or a scheduler's SIGTERM reaches the whole process group).
 
 A `Thread` has the same interface for roles that run in the launcher's process
 (`run.agent_process False`); an exception ends the thread, not the process.
@@ -36,6 +37,8 @@ import traceback
 import cloudpickle
 import portal
 import psutil
+
+from embodied.core import signals
 
 from . import addresses
 from .supervisor import EXIT_PORT_TAKEN
@@ -82,7 +85,8 @@ class Process:
         return self._error
 
     def start(self):
-        self.process.start()
+        with signals.deferred():
+            self.process.start()
         self._errors_child.close()  # The child holds its own copy.
         return self
 
@@ -163,8 +167,7 @@ def die_with_parent(parent_pid):
 
 def _child_main(payload, name, parent_pid, options, errors):
     die_with_parent(parent_pid)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signals.ignore_in_child()
 
     def main():
         portal.setup(**options)

@@ -35,7 +35,8 @@ def eval_only(make_agent, make_env, make_logger, args):
             f'use a logdir with a checkpoint ({args.logdir}/ckpt/agent).')
     saving.load_agent(agent, source, args.from_checkpoint_regex)
 
-    cp = cplib.Checkpoint(elements.Path(args.logdir) / 'ckpt' / 'eval')
+    cp = cplib.Checkpoint(
+        elements.Path(args.logdir) / 'ckpt' / 'eval', args.save_keep)
     cp.step = step
     cp.load_or_save()
 

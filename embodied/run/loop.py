@@ -18,7 +18,7 @@ class Loop:
 
         loop = Loop(args, logger)
         driver = loop.driver(make_env, range(args.envs), replay.add, ...)
-        cp = restore(args, agent, loop.step, replay=replay)
+        cp = restore(args, agent, logger, replay=replay)
         loop.begin('Start training loop')
         loop.run(driver, policy, cp, {'epstats': stats}, {'replay': replay})
         loop.finish(cp, stats)
@@ -34,6 +34,9 @@ class Loop:
         self.should_save = embodied.LocalClock(args.save_every)
         self.start = None
         self.eta = None
+        # Held from the loop through the final save, so that a repeated
+        # SIGTERM (schedulers send it again) cannot end the final save.
+        self.stop = stopping.StopSignal()
 
     def driver(self, make_env, envids, *on_step, count=True):
         """A driver of the envs `make_env(envid)`; each step goes to
@@ -58,7 +61,7 @@ class Loop:
         """Steps `driver` with `policy` until a stop signal or a limit,
         writing metrics and saving `cp` on their clocks; `before()` runs
         before each round of env steps."""
-        with stopping.StopSignal() as signal:
+        with self.stop as signal:
             while not self.should_stop(signal):
                 if before:
                     before()
@@ -95,27 +98,32 @@ class Loop:
 
     def finish(self, cp, stats, metrics=None):
         """The final save, metrics and summary line."""
-        cp.save(int(self.step))
-        if metrics:
-            self.logger.add(metrics)
-        self.logger.write()
+        with self.stop:
+            cp.save(int(self.step))
+            if metrics:
+                self.logger.add(metrics)
+            self.logger.write()
         summary = self.eta.summary(self.step, stats.recent_score())
         print(f'[Summary] {summary}', flush=True)
 
 
-def restore(args, agent, step, **replays):
+def restore(args, agent, logger, **replays):
     """The run's checkpoint of `agent`, the `replays` (by name) and the
-    `step`: resumed from `args.logdir`, or, with nothing to resume, the agent
-    from `run.from_checkpoint`."""
-    cp = saving.RunCheckpoint(args.logdir)
+    `logger`'s step: resumed from `args.logdir`, or, with nothing to resume,
+    the agent from `run.from_checkpoint`. Metrics the logger's outputs hold
+    for steps after the resumed one are moved aside."""
+    step = logger.step
+    cp = saving.RunCheckpoint(args)
     cp['agent'].agent = agent
     for name, replay in replays.items():
         setattr(cp['replay'], name, replay)
     cp['logger'].step = step
-    if args.from_checkpoint and cp.latest() is None:
+    if args.from_checkpoint and saving.resume_tag(
+            args.logdir, report=False) is None:
         saving.load_agent(
             agent, args.from_checkpoint, args.from_checkpoint_regex)
     tag = cp.load_or_save(0)
     if tag is not None:
         print(f'Resumed from the save at step {tag}.')
+    saving.rewind_outputs(logger, tag)
     return cp

@@ -16,9 +16,15 @@ class StopSignal:
                 ...
         # final save here
 
-    A second signal while stopping raises KeyboardInterrupt, so an impatient
-    user can still abort. Only the main thread can install handlers; elsewhere
-    this does nothing but still offers the event.
+    SIGTERM only ever asks to stop, however often it arrives: schedulers and
+    `timeout` send it to the whole process group and repeat it, and a
+    preempted job must still save. A SIGINT while already stopping raises
+    KeyboardInterrupt, so a user who presses Ctrl-C twice can still abort.
+    After a SIGTERM, leaving the block keeps ignoring SIGTERM instead of
+    restoring the previous handler: the process is on its way out, and a
+    late copy of the signal must not kill it after its final save.
+    Only the main thread can install handlers; elsewhere this does nothing
+    but still offers the event.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -40,12 +46,16 @@ class StopSignal:
 
     def __exit__(self, *exc):
         for signum, handler in self._previous.items():
+            if signum == signal.SIGTERM and self.signum == signal.SIGTERM:
+                handler = signal.SIG_IGN
             signal.signal(signum, handler)
         self._previous.clear()
 
     def _handle(self, signum, frame):
         if self.event.is_set():
-            raise KeyboardInterrupt
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return  # A repeated SIGTERM: the stop is under way already.
         self.signum = signum
         print(f'Received {signal.Signals(signum).name}: stopping after the '
               f'current step and saving.', flush=True)

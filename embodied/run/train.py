@@ -26,7 +26,7 @@ def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
     driver = loop.driver(
         make_env, range(args.envs), replay.add, stats.add, trainer.on_step)
 
-    cp = looplib.restore(args, agent, step, replay=replay)
+    cp = looplib.restore(args, agent, logger, replay=replay)
 
     def report():
         if should_report(step) and len(replay):

@@ -38,7 +38,7 @@ def train_eval(
     carry_eval = agent.init_report(args.batch_size)
 
     cp = looplib.restore(
-        args, agent, step, replay_train=replay_train, replay_eval=replay_eval)
+        args, agent, logger, replay_train=replay_train, replay_eval=replay_eval)
 
     def evaluate():
         nonlocal carry_eval

@@ -1,13 +1,73 @@
 """What the roles of the parallel runner share: factories sent to worker
-processes as bytes, clients of other roles with a bounded connect, metric
-prefixes."""
+processes as bytes, servers and clients of the roles with the run's
+credentials and a bounded connect, metric prefixes."""
+
+import math
+import os
 
 import cloudpickle
+import numpy as np
 import portal
 
 from embodied import rpc
+from embodied.rpc import auth as authlib
 
 STOP_KEY = '__stop__'       # in an act reply: the env worker should exit
+
+# Methods only the launcher may call (with run.auth); the others (`act`,
+# `add_batch`, `sample_batch_*`, `update`, `tran`, `add`) serve the workers.
+CONTROL_METHODS = (
+    'status', 'pause', 'resume', 'drained', 'save', 'stop_learner',
+    'stop_envs', 'shutdown', 'release', 'abandon')
+
+DEFAULT_MAX_FRAME = 256 << 20  # Where run.max_frame is 0 and not derived.
+MIN_MAX_FRAME = 64 << 20
+
+
+def credentials(args):
+    """The run's `rpc.auth.Credentials`, or None with `run.auth False`.
+    From `run.secret` (a secret, or the credentials the launcher handed
+    its workers), else the EMBODIED_SECRET variable, else the secret file
+    in the logdir that every command of the run shares."""
+    if not args.get('auth', True):
+        return None
+    secret = args.get('secret') or os.environ.get(authlib.ENV_VAR)
+    if not secret:
+        secret = authlib.secret_file(args.logdir)
+    return authlib.Credentials.decode(secret)
+
+
+def handshake(args, control=False):
+    """What a client of the run opens its connections with; None (portal's
+    plain handshake) with `run.auth False`."""
+    creds = credentials(args)
+    return creds and creds.handshake(control)
+
+
+def server(args, role, name, **kwargs):
+    """The RPC server of `role` ('actor', 'replay', 'logger') at its
+    address, with the run's credentials and frame limit."""
+    return rpc.Server(
+        args[f'{role}_addr'], name, ipv6=ipv6(args), auth=credentials(args),
+        control=CONTROL_METHODS,
+        max_frame=args.get('max_frame') or DEFAULT_MAX_FRAME, **kwargs)
+
+
+def frame_limit(config, spaces):
+    """`run.max_frame` derived from the spaces of one stored step: room for
+    four of the largest batches a request carries (a train or report batch
+    of the learner, a step of every env), and at least 64 MiB for metrics."""
+    step = sum(
+        math.prod(space.shape) * np.dtype(space.dtype).itemsize
+        for space in spaces.values())
+    context = config.replay_context
+    rows = max(
+        config.batch_size * (
+            config.consec_train * config.batch_length + context),
+        config.batch_size * (
+            config.consec_report * config.report_length + context),
+        config.run.envs + config.run.eval_envs)
+    return int(max(MIN_MAX_FRAME, 4 * rows * step))
 
 
 def connect(args, role, name, **kwargs):
@@ -15,7 +75,7 @@ def connect(args, role, name, **kwargs):
     with a report every run.wait_report seconds while it waits."""
     return rpc.connect(
         args[f'{role}_addr'], name, args.connect_timeout,
-        report_every=args.wait_report, **kwargs)
+        report_every=args.wait_report, handshake=handshake(args), **kwargs)
 
 
 def prefix(metrics, name):

@@ -28,7 +28,7 @@ import time
 import elements
 import numpy as np
 
-from embodied import rpc
+from embodied.core import checks
 from embodied.run import arguments
 from embodied.run import wiring
 from embodied.run.parallel.link import link_of
@@ -154,19 +154,21 @@ def parallel_actor(agent, barrier, args):
     transitions to the replay and logger."""
     args = arguments.with_defaults(args)
     link = link_of(barrier)
-    link.barrier.wait()  # Do not collect data before the learner restored.
+    try:
+        link.barrier.wait()  # No data before the learner restored.
+    except threading.BrokenBarrierError:
+        return 0  # The learner failed; the agent reports its error.
     replay = wiring.connect(
         args, 'replay', 'ActorReplay', maxinflight=backlog(args))
     logger = wiring.connect(
         args, 'logger', 'ActorLogger', maxinflight=backlog(args))
     try:
         actor = ActorRole(agent, args, replay, logger, link.shutdown)
-        server = rpc.Server(
-            args.actor_addr, 'Actor', flush_after=args.actor_flush,
-            ipv6=wiring.ipv6(args))
+        server = wiring.server(
+            args, 'actor', 'Actor', flush_after=args.actor_flush)
         try:
             server.bind('act', actor.act, actor.send, batch=args.actor_batch,
-                        workers=args.actor_threads)
+                        workers=args.actor_threads, check=_finite_obs)
             if link.bind_control:
                 link.bind_control(server, actor)
             server.start()
@@ -180,6 +182,13 @@ def parallel_actor(agent, barrier, args):
         replay.close(1)
         logger.close(1)
     return 0
+
+
+def _finite_obs(obs):
+    """Refuses NaN and infinite observations, which envs that skip the
+    space checks (the original's env processes) could otherwise store."""
+    envid = obs.get('envid')
+    return checks.nonfinite(obs, None if envid is None else envid.tolist())
 
 
 def _wait_envs_gone(server, timeout=5):

@@ -110,7 +110,8 @@ def run_worker(make_env, envids, args, is_eval):
         try:
             return rpc.SyncClient.connect(
                 args.actor_addr, name, 2 * args.connect_timeout,
-                wiring.ipv6(args), report_every=args.wait_report)
+                wiring.ipv6(args), report_every=args.wait_report,
+                handshake=wiring.handshake(args))
         except rpc.Unreachable as e:
             raise envpool.ActorUnreachable(str(e)) from None
 

@@ -21,11 +21,23 @@ error a restart cannot fix stops the run in order with a save, then
 the agent, replay or logger dies, the others save under the last step and
 everything is killed (`_salvage`).
 
+Peers (`rpc.auth`, with run.auth): the launcher makes the run's secret (or
+takes run.secret / EMBODIED_SECRET, or with roles started as separate
+commands the logdir's secret file), hands its workers the data token only,
+and alone holds the control token its own clients open with.
+
+Signals: SIGTERM, however often and to however many processes of the run,
+asks for a stop after the current step with a final save; workers ignore
+SIGTERM and SIGINT (`core.signals`); a second SIGINT aborts.
+
 RPC methods called: actor `pause`, `resume`, `drained`, `status`, `save`,
 `stop_learner`, `stop_envs`, `shutdown`; replay `status`, `save`, `release`,
 `shutdown`; logger `status`, `save`, `abandon`, `shutdown`.
 """
 
+import multiprocessing
+import os
+import sys
 import time
 
 import embodied
@@ -50,7 +62,18 @@ PORT_ATTEMPTS = 3
 def combined(
         make_agent, make_replay_train, make_replay_eval, make_env_train,
         make_env_eval, make_stream, make_logger, args):
-    """Runs the whole training launch until it stops; see the module doc."""
+    """Runs the whole training launch until it stops; see the module doc.
+
+    Every worker is a spawned process, which imports the script that called
+    `combined` again (as `__mp_main__`). A script must therefore call it
+    under a guard, or each worker would start a launch of its own:
+
+        if __name__ == '__main__':
+            combined(...)
+
+    Without the guard, the workers end at once with an error saying so.
+    """
+    _refuse_in_spawned_worker()
     args = arguments.with_defaults(args)
     if args.actor_batch <= 0:
         args = args.update(actor_batch=max(1, args.envs // 2))
@@ -63,13 +86,18 @@ def combined(
         replay_eval=make_replay_eval, env_train=make_env_train,
         env_eval=make_env_eval, stream=make_stream, logger=make_logger)
     factories = {k: wiring.dumps(v) for k, v in factories.items()}
-    if args.get('from_checkpoint') and saving.resume_tag(args.logdir) is None:
+    creds = _credentials(args)
+    if creds:  # The workers get the data token, never the control token.
+        args = args.update(secret=creds.for_workers().encode())
+    if args.get('from_checkpoint') and saving.resume_tag(args.logdir, report=False) is None:
         saving.agent_save_folder(args.from_checkpoint)
     auto = any('{auto}' in str(args[k]) for k in ADDR_KEYS)
     for attempt in range(PORT_ATTEMPTS):
         filled = rpc.addresses.fill_auto(
             {k: args[k] for k in ADDR_KEYS}, wiring.ipv6(args))
-        launch = _Launch(factories, args.update(filled))
+        launch = _Launch(
+            factories, args.update(filled),
+            handshake=creds and creds.handshake(control=True))
         try:
             return launch.run()
         except rpc.WorkerFailed as e:
@@ -79,6 +107,34 @@ def combined(
                 raise
             print(f'{e} Retrying with other ports.', flush=True)
 
+
+
+def _credentials(args):
+    """The launch's credentials (see `rpc.auth`), None with run.auth False:
+    from run.secret or EMBODIED_SECRET when given; else a new secret for
+    this launch, or with roles started as separate commands the one in the
+    logdir that they read too."""
+    if not args.auth:
+        return None
+    secret = args.secret or os.environ.get(rpc.auth.ENV_VAR)
+    if not secret:
+        if args.remote_envs or args.remote_replay:
+            secret = rpc.auth.secret_file(args.logdir)
+        else:
+            secret = rpc.auth.new_secret()
+    return rpc.auth.Credentials.decode(secret)
+
+
+def _refuse_in_spawned_worker():
+    # True while a spawned child imports its parent's script (the flag that
+    # multiprocessing's own bootstrapping check reads).
+    if getattr(multiprocessing.current_process(), '_inheriting', False):
+        main = sys.modules.get('__mp_main__')
+        raise RuntimeError(
+            f"combined() was called while a worker process was starting: "
+            f"the script {getattr(main, '__file__', '')} calls it at import "
+            f"time. Workers are spawned and import the script again, so "
+            f"call combined() under `if __name__ == '__main__':`.")
 
 
 class _Launch:
@@ -92,8 +148,9 @@ class _Launch:
 
     ROLE_OF = {'Agent': 'actor', 'Replay': 'replay', 'Logger': 'logger'}
 
-    def __init__(self, factories, args):
+    def __init__(self, factories, args, handshake=None):
         self.args = args
+        self.handshake = handshake  # The control token's, with run.auth.
         self.factories = factories
         self.group = rpc.Supervisor()
         f = factories
@@ -239,9 +296,10 @@ class _Launch:
         next_report = start + self.args.wait_report
         for role in ('logger', 'replay', 'actor'):
             addr = self.args[f'{role}_addr']
+            options = {'handshake': self.handshake} if self.handshake else {}
             client = rpc.Client(
                 rpc.addresses.client_addr(addr, wiring.ipv6(self.args)),
-                f'Launcher{role.title()}', logging=False)
+                f'Launcher{role.title()}', logging=False, **options)
             while not client.connect(0.2):
                 self._check()
                 now = time.monotonic()
@@ -273,7 +331,7 @@ class _Launch:
         should_log = embodied.LocalClock(args.log_every)
         should_save()
         should_log()
-        if saving.resume_tag(args.logdir) is None:
+        if saving.resume_tag(args.logdir, report=False) is None:
             self._save()  # A first consistent save, as load_or_save would.
         while True:
             self._check()

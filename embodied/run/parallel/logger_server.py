@@ -19,7 +19,6 @@ import time
 import elements
 
 import embodied
-from embodied import rpc
 from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import saving
@@ -144,9 +143,10 @@ def parallel_logger(make_logger, args):
     role.checkpoint, tag = saving.resume_role(args, 'logger', step=role.step)
     if tag is not None:
         print(f'Logger resumed at step {int(role.step)}.', flush=True)
+    saving.rewind_outputs(logger, tag)
 
     done = threading.Event()
-    server = rpc.Server(args.logger_addr, 'Logger', ipv6=wiring.ipv6(args))
+    server = wiring.server(args, 'logger', 'Logger')
     for name in ('add', 'tran', 'abandon', 'status', 'save'):
         server.bind(name, getattr(role, name))
     server.bind('shutdown', done.set)

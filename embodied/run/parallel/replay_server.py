@@ -292,7 +292,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         logger.add(metrics()).result()  # Arrives before the logger's last write.
         done.set()
 
-    server = rpc.Server(args.replay_addr, 'Replay', ipv6=wiring.ipv6(args))
+    server = wiring.server(args, 'replay', 'Replay')
     for name in ('add_batch', 'sample_batch_train', 'sample_batch_report',
                  'sample_batch_eval', 'update', 'status', 'save', 'release'):
         server.bind(name, getattr(role, name))

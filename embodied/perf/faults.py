@@ -1,0 +1,355 @@
+"""Fault benchmark of the parallel runner: kills, damaged saves, hostile peers.
+
+    python -m embodied.perf.faults                   # every fault, a table
+    python -m embodied.perf.faults --only garbage sigterm --markdown t.md
+
+Each fault runs the real command line (`--script parallel`, the numpy test
+agent, `--configs debug`, `dummy_disc`, 2 envs, every server on loopback
+with `{auto}` ports) in its own temporary logdir and process group, bounded
+by `--timeout` seconds per command. Faults:
+
+* `sigterm-group`: SIGTERM to the run's process group twice and once more
+  to the launcher, as `timeout` and schedulers send it.
+* `sigkill-replay`, `sigkill-logger`: SIGKILL of one role, then the same
+  command again.
+* `sigkill-tree`: SIGKILL of every process of the run, then again.
+* `damaged-agent.pkl`, `damaged-replay.pkl`, `damaged-limiter.pkl`,
+  `damaged-step.pkl`: the newest save's file cut to 58 bytes after a clean
+  stop, then the same command again.
+* `garbage`: while the run trains, each of the three ports gets random bytes,
+  a zero-length and a 4 GiB frame header (after portal's plain handshake and
+  after a wrong token), 50 connections held open, and an unauthenticated
+  `shutdown` from a plain `portal.Client`; then the run is stopped by SIGTERM.
+
+Columns: the fault, what happened (exit codes, where the run resumed),
+steps lost (env steps counted before the fault that the resumed run does not
+have: the largest step in the metrics, lines moved aside on resume included,
+minus the step resumed from; for a stop, the step last printed minus the
+final save; the steps since the last complete save are what a SIGKILL costs), and whether a role was killed by
+anything but the fault itself.
+"""
+
+import argparse
+import os
+import pathlib
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+COMMON = (
+    '--script', 'parallel', '--configs', 'debug', '--agent_impl', 'testing',
+    '--task', 'dummy_disc', '--run.envs', '2', '--run.eval_envs', '0',
+    '--run.log_every', '1', '--run.save_every', '2', '--replay.size', '3000',
+    '--logger.outputs', 'jsonl')
+ROLE_FILES = {
+    'agent.pkl': 'agent', 'replay.pkl': 'replay', 'limiter.pkl': 'replay',
+    'step.pkl': 'logger'}
+
+
+class Run:
+    """One command of the benchmark in its own process group."""
+
+    def __init__(self, logdir, *flags, timeout=120, name='first'):
+        self.logdir = pathlib.Path(logdir)
+        self.logfile = self.logdir.parent / f'{name}.log'
+        self.deadline = time.monotonic() + timeout
+        env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
+        env['PYTHONPATH'] = os.pathsep.join(
+            [str(ROOT), env.get('PYTHONPATH', '')])
+        with open(self.logfile, 'a') as f:
+            self.proc = subprocess.Popen(
+                [sys.executable, '-m', 'embodied.run.parallel', *COMMON,
+                 '--logdir', str(logdir), *map(str, flags)],
+                cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                start_new_session=True)
+
+    def output(self):
+        return self.logfile.read_text(errors='replace')
+
+    def step(self):
+        steps = re.findall(r'\[Progress\] step (\d+)/', self.output())
+        return int(steps[-1]) if steps else 0
+
+    def wait_for(self, predicate, what):
+        while not predicate():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f'Exited before {what}:\n'
+                                   f'{self.output()[-2000:]}')
+            if time.monotonic() > self.deadline:
+                raise TimeoutError(f'Timed out waiting for {what}.')
+            time.sleep(0.1)
+
+    def wait(self):
+        try:
+            return self.proc.wait(max(1, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return 'timeout'
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def pid(self, name):
+        match = re.search(rf'{name} \(pid (\d+)\)', self.output())
+        return int(match.group(1)) if match else None
+
+    def ports(self):
+        match = re.search(
+            r'actor at [\w.]+:(\d+), replay at [\w.]+:(\d+), logger at '
+            r'[\w.]+:(\d+)', self.output())
+        return [int(x) for x in match.groups()]
+
+
+def tags(logdir, role):
+    folder = pathlib.Path(logdir) / 'ckpt' / role
+    if not folder.exists():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir()
+                  if p.name.isdigit() and (p / 'done').exists())
+
+
+def last_logged_step(logdir):
+    """The largest step in the run's metrics, counting the lines a resume
+    moved aside: how far the run had counted before a fault."""
+    steps = [0]
+    for name in ('metrics.jsonl', 'metrics.rewound.jsonl'):
+        path = pathlib.Path(logdir) / name
+        if path.exists():
+            steps += [int(x) for x in re.findall(
+                r'"step": (\d+)', path.read_text(errors='replace'))]
+    return max(steps)
+
+
+def resumed_step(output):
+    match = re.search(r'Logger resumed at step (\d+)', output)
+    return int(match.group(1)) if match else None
+
+
+def killed_roles(output, expected=()):
+    """Roles the launcher saw end unexpectedly, except those in expected."""
+    names = re.findall(r"Worker '(\w+)' ended unexpectedly", output)
+    return sorted(set(names) - set(expected))
+
+
+def resume(logdir, timeout, target):
+    run = Run(logdir, '--run.steps', target, timeout=timeout, name='rerun')
+    code = run.wait()
+    output = run.output()
+    return code, resumed_step(output), output
+
+
+def fault_sigterm(tmp, timeout):
+    run = Run(tmp / 'run', '--run.steps', '1e9', timeout=timeout)
+    try:
+        run.wait_for(lambda: run.step() >= 200, 'step 200')
+        step = run.step()
+        os.killpg(run.proc.pid, signal.SIGTERM)
+        time.sleep(0.05)
+        os.killpg(run.proc.pid, signal.SIGTERM)
+        run.proc.send_signal(signal.SIGTERM)
+        code = run.wait()
+    finally:
+        run.kill()
+    saved = (tags(tmp / 'run', 'logger') or [0])[-1]
+    common = all(saved in tags(tmp / 'run', r) for r in ('agent', 'replay'))
+    return dict(
+        happened=f'exit {code}, final save at {saved}'
+                 f'{"" if common else " (not in every role)"}',
+        lost=max(0, step - saved), killed=killed_roles(run.output()))
+
+
+def wait_saves(run, count):
+    """Waits for `count` saves and step 200."""
+    run.wait_for(lambda: len(tags(run.logdir, 'logger')) >= count and (
+        run.step() >= 200), f'{count} saves')
+
+
+def fault_sigkill_role(role):
+    def fault(tmp, timeout):
+        run = Run(tmp / 'run', '--run.steps', '1e9', timeout=timeout)
+        try:
+            wait_saves(run, 3)
+            os.kill(run.pid(role), signal.SIGKILL)
+            code = run.wait()
+        finally:
+            run.kill()
+        target = run.step() + 200
+        code2, resumed, output = resume(tmp / 'run', timeout, target)
+        lost = last_logged_step(tmp / 'run') - (resumed or 0)
+        return dict(
+            happened=f'exit {code}; rerun exit {code2}, resumed at '
+                     f'{resumed}', lost=lost,
+            killed=killed_roles(run.output(), [role]) + killed_roles(output))
+    return fault
+
+
+def fault_sigkill_tree(tmp, timeout):
+    run = Run(tmp / 'run', '--run.steps', '1e9', timeout=timeout)
+    try:
+        wait_saves(run, 3)
+        tree = psutil.Process(run.proc.pid).children(recursive=True)
+    finally:
+        run.kill()
+    for proc in tree:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    code2, resumed, output = resume(tmp / 'run', timeout, run.step() + 200)
+    return dict(happened=f'rerun exit {code2}, resumed at {resumed}',
+                lost=last_logged_step(tmp / 'run') - (resumed or 0),
+                killed=killed_roles(output))
+
+
+def fault_damaged(filename):
+    def fault(tmp, timeout):
+        run = Run(tmp / 'run', '--run.steps', '1e9', timeout=timeout)
+        try:
+            wait_saves(run, 3)
+            run.proc.send_signal(signal.SIGTERM)
+            code = run.wait()
+        finally:
+            run.kill()
+        role = ROLE_FILES[filename]
+        newest = tags(tmp / 'run', role)[-1]
+        path = tmp / 'run' / 'ckpt' / role / f'{newest:012d}' / filename
+        os.truncate(path, 58)
+        code2, resumed, output = resume(tmp / 'run', timeout, newest + 200)
+        named = str(path) in output
+        return dict(
+            happened=f'stop exit {code}; rerun exit {code2}, resumed at '
+                     f'{resumed}{", file named" if named else ""}',
+            lost=newest - (resumed or 0), killed=killed_roles(output))
+    return fault
+
+
+def _send(port, payload, wait=True):
+    with socket.create_connection(('127.0.0.1', port), 5) as sock:
+        sock.sendall(payload)
+        if wait:
+            sock.settimeout(5)
+            try:
+                sock.recv(16)
+            except (ConnectionResetError, socket.timeout):
+                pass
+
+
+def fault_garbage(tmp, timeout):
+    import portal
+    rng = random.Random(0)
+    run = Run(tmp / 'run', '--run.steps', '1e9', timeout=timeout)
+    held = []
+    try:
+        run.wait_for(lambda: run.step() >= 100, 'step 100')
+        before = run.step()
+        wrong = b'portal_handshake:' + b'0' * 64
+        payloads = [
+            bytes(rng.randrange(256) for _ in range(256)),
+            b'portal_handshake' + (0).to_bytes(8, 'little'),
+            b'portal_handshake' + (4 << 30).to_bytes(8, 'little'),
+            wrong + (4 << 30).to_bytes(8, 'little'),
+            wrong + (0).to_bytes(8, 'little'),
+        ]
+        for port in run.ports():
+            for payload in payloads:
+                _send(port, payload)
+            for _ in range(50):
+                held.append(socket.create_connection(('127.0.0.1', port), 5))
+            client = portal.Client(f'127.0.0.1:{port}', 'Intruder',
+                                   logging=False)
+            try:
+                client.call('shutdown').result(timeout=3)
+            except Exception:
+                pass
+            finally:
+                client.close(1)
+        run.wait_for(lambda: run.step() >= before + 300, 'steps after it')
+        step = run.step()
+        for sock in held:
+            sock.close()
+        run.proc.send_signal(signal.SIGTERM)
+        code = run.wait()
+    finally:
+        for sock in held:
+            sock.close()
+        run.kill()
+    saved = (tags(tmp / 'run', 'logger') or [0])[-1]
+    refused = len(re.findall('refused a connection', run.output()))
+    return dict(
+        happened=f'trained on ({before} -> {step}); stop exit {code}, final '
+                 f'save at {saved}; {refused} refusals printed',
+        lost=max(0, step - saved), killed=killed_roles(run.output()))
+
+
+FAULTS = {
+    'sigterm-group': fault_sigterm,
+    'sigkill-replay': fault_sigkill_role('Replay'),
+    'sigkill-logger': fault_sigkill_role('Logger'),
+    'sigkill-tree': fault_sigkill_tree,
+    **{f'damaged-{name}': fault_damaged(name) for name in ROLE_FILES},
+    'garbage': fault_garbage,
+}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--only', nargs='+', default=list(FAULTS),
+                        choices=list(FAULTS))
+    parser.add_argument('--timeout', type=float, default=180,
+                        help='seconds each command may take')
+    parser.add_argument('--markdown', type=str, default='')
+    args = parser.parse_args(argv)
+    # A SIGTERM ends the benchmark through its `finally` blocks, which kill
+    # the run it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    rows = []
+    for name in args.only:
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                row = FAULTS[name](pathlib.Path(tmp), args.timeout)
+            except Exception as e:
+                row = dict(happened=f'benchmark failed: {type(e).__name__}: '
+                                    f'{str(e)[:300]}', lost='?', killed='?')
+        row = dict(fault=name, seconds=time.monotonic() - start, **row)
+        rows.append(row)
+        print(format_row(row), flush=True)
+    table = markdown(rows)
+    print(table)
+    if args.markdown:
+        pathlib.Path(args.markdown).write_text(table + '\n')
+
+
+def format_row(row):
+    killed = ', '.join(row['killed']) if isinstance(
+        row['killed'], list) else row['killed']
+    return (f"{row['fault']}: {row['happened']}; steps lost {row['lost']}; "
+            f"roles killed: {killed or 'none'} ({row['seconds']:.0f} s)")
+
+
+def markdown(rows):
+    lines = ['| fault | what happened | steps lost | role killed? |',
+             '|---|---|---|---|']
+    for row in rows:
+        killed = row['killed']
+        killed = (', '.join(killed) or 'no') if isinstance(
+            killed, list) else killed
+        lines.append(f"| {row['fault']} | {row['happened']} | {row['lost']} "
+                     f"| {killed} |")
+    return '\n'.join(lines)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,120 @@
+"""Who may talk to a run's servers: a per-run secret in the handshake.
+
+portal's wire format opens every connection with a fixed handshake string.
+Here that string carries a token derived from the run's secret, so a peer
+without the secret is dropped before it can send a single request, and
+before any frame of it is buffered:
+
+    portal_handshake:<64 hex>     instead of     portal_handshake
+
+Two tokens come from one secret: the data token, which every worker of the
+run holds (env workers, actor, learner, replay, logger), and the control
+token, which only the launcher holds. A server accepts both; a connection
+opened with the control token may also call the control methods (save,
+shutdown, ...). Workers receive the data token and the digest of the
+control token, never the secret itself (`Credentials.for_workers`).
+
+    creds = Credentials.from_secret(secret)   # launcher, or a role started
+    creds.handshake(control=True)              # on its own with the secret
+    creds.for_workers().encode()               # handed to worker processes
+    Credentials.decode(text)                   # a worker's credentials
+
+What it protects: other local users and processes (and, where servers bind a
+public host, other machines) cannot call, stop or flood a run. What it does
+not: the token crosses the connection in clear text and nothing is
+encrypted (no TLS), so it is no defence against someone who can read the
+traffic; servers bind loopback by default for that reason.
+"""
+
+import dataclasses
+import hashlib
+import hmac
+import os
+import secrets
+
+PORTAL_HANDSHAKE = 'portal_handshake'  # What portal and opted-out peers send.
+ENV_VAR = 'EMBODIED_SECRET'
+_ENCODED = 'embodied-credentials-v1'
+
+
+def _derive(secret, purpose):
+    return hmac.new(
+        secret.encode('utf-8'), purpose.encode(), hashlib.sha256).hexdigest()
+
+
+def _digest(token):
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_secret():
+    return secrets.token_hex(32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Credentials:
+
+    data: str             # The data token (64 hex).
+    control_digest: str   # sha256 of the control token.
+    control: str = ''     # The control token; only the launcher holds it.
+
+    @classmethod
+    def from_secret(cls, secret):
+        control = _derive(secret, 'control')
+        return cls(_derive(secret, 'data'), _digest(control), control)
+
+    @classmethod
+    def decode(cls, text):
+        """Credentials from `encode()`, or from a plain secret."""
+        parts = str(text).split(':')
+        if len(parts) in (3, 4) and parts[0] == _ENCODED:
+            return cls(*parts[1:])
+        return cls.from_secret(str(text))
+
+    def encode(self):
+        return ':'.join([_ENCODED, self.data, self.control_digest] + (
+            [self.control] if self.control else []))
+
+    def for_workers(self):
+        """These credentials without the control token."""
+        return dataclasses.replace(self, control='')
+
+    def handshake(self, control=False):
+        if control and not self.control:
+            raise PermissionError('These credentials hold no control token.')
+        return f'{PORTAL_HANDSHAKE}:{self.control if control else self.data}'
+
+    def kind(self, handshake):
+        """'control', 'data' or None for the handshake bytes a peer sent."""
+        prefix = f'{PORTAL_HANDSHAKE}:'.encode()
+        if not handshake.startswith(prefix):
+            return None
+        try:
+            token = handshake[len(prefix):].decode('ascii')
+        except UnicodeDecodeError:
+            return None
+        if hmac.compare_digest(token, self.data):
+            return 'data'
+        if hmac.compare_digest(_digest(token), self.control_digest):
+            return 'control'
+        return None
+
+
+def secret_file(logdir, create=True):
+    """The secret kept in `logdir/secret` (mode 0600), created atomically by
+    the first command of a run that asks for it, so that roles started as
+    separate commands on one logdir share it without being told."""
+    path = os.path.join(str(logdir), 'secret')
+    if not os.path.exists(path) and create:
+        os.makedirs(str(logdir), exist_ok=True)
+        tmp = f'{path}.tmp-{secrets.token_hex(4)}'
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, 'w') as f:
+            f.write(new_secret())
+        try:
+            os.link(tmp, path)  # Fails if another command was first.
+        except FileExistsError:
+            pass
+        finally:
+            os.remove(tmp)
+    with open(path) as f:
+        return f.read().strip()

@@ -1,0 +1,165 @@
+"""Damaged saves on resume: named, skipped, and the run resumes from the
+newest complete save common to every role."""
+
+import os
+import pickle
+import re
+
+import elements
+import numpy as np
+import pytest
+
+import launch
+from embodied.core import checkpoint as cplib
+from embodied.core import replay as replaylib
+from embodied.run import saving
+from test_faults import run_failing
+from test_parallel import run_to_end
+
+FAST = ('--run.envs', '2', '--run.eval_envs', '0')
+
+
+class Value:
+    """A saveable holding one value."""
+
+    def __init__(self, value=None):
+        self.value = value
+
+    def save(self):
+        return {'value': self.value, 'pad': b'x' * 200}
+
+    def load(self, data):
+        self.value = data['value']
+
+
+def args_for(logdir, keep=3):
+    return elements.Config(logdir=str(logdir), save_keep=keep)
+
+
+def save_run(logdir, tags, keep=3):
+    """Saves agent, replay and logger of a run under each of `tags`."""
+    args = args_for(logdir, keep)
+    for tag in tags:
+        for role in saving.ROLES:
+            cp = saving.role_checkpoint(args, role, **{role: Value(tag)})
+            cp.save(tag)
+
+
+def save_file(logdir, role, tag):
+    return logdir / 'ckpt' / role / f'{tag:012d}' / f'{role}.pkl'
+
+
+@pytest.mark.parametrize('role', saving.ROLES)
+@pytest.mark.parametrize('cut', ['truncate', 'delete', 'empty'])
+def test_damaged_newest_save_is_named_and_skipped(tmp_path, capsys, role, cut):
+    logdir = tmp_path / 'run'
+    save_run(logdir, [100, 200, 300])
+    damaged = save_file(logdir, role, 300)
+    if cut == 'truncate':
+        os.truncate(damaged, 58)
+    elif cut == 'delete':
+        damaged.unlink()
+    else:
+        os.truncate(damaged, 0)
+    assert saving.resume_tag(logdir) == 200
+    assert str(damaged) in capsys.readouterr().out
+
+    loaded = {role: Value() for role in saving.ROLES}
+    cps = [saving.role_checkpoint(args_for(logdir), r, **{r: loaded[r]})
+           for r in saving.ROLES]
+    assert saving.resume(logdir, cps) == 200
+    assert all(v.value == 200 for v in loaded.values())
+    # The newer saves are set aside (the damaged one marked), not pruned in
+    # favour of the saves that follow, and never loaded again.
+    for cp in cps:
+        assert cp.tags() == [100, 200]
+    names = os.listdir(logdir / 'ckpt' / role)
+    assert any(n.startswith('damaged-000000000300') for n in names), names
+
+
+def test_save_older_than_the_manifest_is_checked_by_its_pickle_end(tmp_path):
+    logdir = tmp_path / 'run'
+    save_run(logdir, [100, 200])
+    for role in saving.ROLES:  # As written before the manifest existed.
+        (logdir / 'ckpt' / role / f'{200:012d}' / 'done').write_bytes(b'')
+    assert saving.resume_tag(logdir) == 200
+    os.truncate(save_file(logdir, 'agent', 200), 58)
+    assert saving.resume_tag(logdir) == 100
+
+
+def test_unreadable_file_is_named_when_loaded(tmp_path):
+    cp = cplib.Checkpoint(tmp_path / 'ckpt')
+    cp.agent = Value(1)
+    cp.save(5)
+    path = tmp_path / 'ckpt' / f'{5:012d}' / 'agent.pkl'
+    data = path.read_bytes()
+    path.write_bytes(b'\x80\x05garbage' + data[-1:])  # Same end, bad body.
+    with pytest.raises(cplib.DamagedCheckpoint, match=re.escape(str(path))):
+        cp.load(5)
+    assert cp.tags() == []  # Set aside: the next start skips it.
+
+
+def test_single_process_restore_keeps_run_save_keep(tmp_path):
+    logdir = tmp_path / 'run'
+    cp = saving.RunCheckpoint(args_for(logdir, keep=4))
+    for role in saving.ROLES:
+        setattr(cp[role], role, Value(0))
+    for tag in range(1, 7):
+        cp.save(tag)
+    for role in saving.ROLES:
+        assert cp[role].tags() == [3, 4, 5, 6]
+
+
+def test_deleted_replay_chunk_is_reported_on_load(tmp_path, capsys):
+    directory = tmp_path / 'replay'
+    make = lambda: replaylib.Replay(
+        length=2, capacity=100, chunksize=4, directory=directory,
+        save_wait=True)
+    replay = make()
+    for i in range(20):
+        replay.add({'count': np.int32(i)}, worker=0)
+    data = replay.save()
+    lost = sorted(directory.glob('*.npz'))[0]
+    lost.unlink()
+    capsys.readouterr()
+    make().load(pickle.loads(pickle.dumps(data)))
+    out = capsys.readouterr().out
+    assert 'missing' in out and lost.name.split('-')[1] in out, out
+
+
+def test_parallel_resume_skips_damaged_newest_save(tmp_path):
+    logdir = tmp_path / 'run'
+    flags = (*FAST, '--run.save_every', '1e6')
+    # Three complete saves: the first one, a periodic one, the final one.
+    run_to_end(logdir, '--run.steps', '200', *flags, name='first')
+    run_to_end(logdir, '--run.steps', '400', *flags, name='second')
+    tags = launch.saved_tags(logdir, 'agent')
+    assert len(tags) >= 2, tags
+    newest, older = tags[-1], tags[-2]
+    damaged = save_file(logdir, 'agent', newest)
+    os.truncate(damaged, 58)
+    output = run_to_end(
+        logdir, '--run.steps', str(newest + 150), *flags, name='third')
+    assert str(damaged) in output
+    assert f'Learner resumed the agent from the save at step {older}' in output
+    assert f'Logger resumed at step {older}' in output
+    assert f'Replay resumed from the save at step {older}' in output
+    assert 'BrokenBarrierError' not in output
+
+
+def test_parallel_unreadable_save_fails_naming_file_then_resumes(tmp_path):
+    logdir = tmp_path / 'run'
+    flags = (*FAST, '--run.save_every', '1e6')
+    run_to_end(logdir, '--run.steps', '200', *flags, name='first')
+    run_to_end(logdir, '--run.steps', '400', *flags, name='second')
+    newest, older = launch.saved_tags(logdir, 'agent')[-2:][::-1]
+    path = save_file(logdir, 'agent', newest)
+    data = path.read_bytes()  # Same size and last byte, a garbled body.
+    path.write_bytes(b'\x80\x05' + b'\xff' * (len(data) - 3) + data[-1:])
+    output = run_failing(logdir, '--run.steps', str(newest + 150), *flags,
+                         name='third')
+    assert str(path) in output
+    assert 'BrokenBarrierError' not in output
+    output = run_to_end(
+        logdir, '--run.steps', str(newest + 150), *flags, name='fourth')
+    assert f'Learner resumed the agent from the save at step {older}' in output
