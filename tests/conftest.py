@@ -1,11 +1,22 @@
-"""Shared test setup: CPU JAX, no process of a test left behind, and the
-fixtures that pin the compute dtype of `embodied.jax.nets`."""
+"""Shared test setup: CPU JAX, no process of a test left behind, the
+fixtures that pin the compute dtype of `embodied.jax.nets`, and
+`tests/support` on the path for the shared helpers (`import helpers`,
+`import launch`, `from fixtures.compat_agent import ...`).
+
+Every test folder is a package under `tests`, so a folder such as
+`tests/jax` imports as `tests.jax` and cannot shadow the library it tests."""
 
 import os
+import pathlib
+import sys
 import time
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('PYTHONUNBUFFERED', '1')
+
+SUPPORT = str(pathlib.Path(__file__).resolve().parent / 'support')
+if SUPPORT not in sys.path:
+    sys.path.insert(0, SUPPORT)
 
 import psutil
 import pytest

@@ -2,6 +2,7 @@
 shared by the module; the persistent compilation cache keeps reruns fast."""
 
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ from embodied import main as mainlib
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
 OBS_SPACE, ACT_SPACE = helpers.OBS_SPACE, helpers.ACT_SPACE
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 
 
 def make_config(tmpdir, *flags, seed=0):
@@ -276,9 +277,9 @@ def test_mock_devices_split_policy_and_train(tmp_path):
     script = textwrap.dedent(f'''
         import sys
         sys.path.insert(0, {ROOT!r})
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        sys.path.insert(0, {str(launch.SUPPORT)!r})
         import numpy as np
-        import test_dreamerv3 as t
+        import tests.agents.test_dreamerv3 as t
         config = t.make_config({str(tmp_path)!r}, '--jax.mock_devices', '2',
                                '--jax.policy_devices', '0',
                                '--jax.train_devices', '1')

@@ -14,6 +14,7 @@ original also imports `einops` and `chex` (the `test` extra)."""
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -155,7 +156,7 @@ def test_original_agent_trains_under_script(tmp_path, script, flags):
     pytest.importorskip('chex')
     copy_original(tmp_path)
     logdir = tmp_path / 'run'
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(pathlib.Path(__file__).resolve().parents[2])
     command = [
         sys.executable, '-m', 'embodied.main', '--configs', 'debug',
         '--agent_impl', 'dreamerv3.agent:Agent', '--task', 'cartpole_balance',

@@ -22,7 +22,7 @@ import elements
 import numpy as np
 import pytest
 
-import test_original_dreamerv3 as original
+from tests.agents import test_original_dreamerv3 as original
 from embodied import main as mainlib
 
 pytestmark = [

@@ -11,8 +11,8 @@ from embodied import rpc
 from embodied.rpc import auth
 from embodied.run import wiring
 import launch
-from test_parallel import progress_step, run_to_end
-from test_faults import FAST, wait_first_step
+from tests.run.parallel.test_parallel import progress_step, run_to_end
+from tests.run.parallel.test_faults import FAST, wait_first_step
 
 CREDS = auth.Credentials.from_secret('test-secret')
 WORKER = CREDS.for_workers()

@@ -1,6 +1,7 @@
 """Tests of the RPC layer: addresses, the batching server, workers."""
 
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -328,7 +329,7 @@ CHILD_SCRIPT = textwrap.dedent('''
 def test_children_die_when_launcher_is_killed(tmp_path):
     script = tmp_path / 'launcher.py'
     script.write_text(CHILD_SCRIPT)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(pathlib.Path(__file__).resolve().parents[2])
     env = {**os.environ, 'PYTHONPATH': root}
     proc = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, text=True,

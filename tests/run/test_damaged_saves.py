@@ -13,8 +13,8 @@ import launch
 from embodied.core import checkpoint as cplib
 from embodied.core import replay as replaylib
 from embodied.run import saving
-from test_faults import run_failing
-from test_parallel import run_to_end
+from tests.run.parallel.test_faults import run_failing
+from tests.run.parallel.test_parallel import run_to_end
 
 FAST = ('--run.envs', '2', '--run.eval_envs', '0')
 

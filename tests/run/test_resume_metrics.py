@@ -9,7 +9,7 @@ import numpy as np
 import launch
 from embodied import outputs
 from embodied.run import saving
-from test_parallel import Tree
+from tests.run.parallel.test_parallel import Tree
 from embodied import rpc
 
 COMMON = (

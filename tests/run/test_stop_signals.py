@@ -7,7 +7,7 @@ import time
 import pytest
 
 import launch
-from test_parallel import COMMON, MODULE, Tree, finish, progress_step
+from tests.run.parallel.test_parallel import COMMON, MODULE, Tree, finish, progress_step
 from embodied.run import stopping
 
 

@@ -8,16 +8,17 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SUPPORT = pathlib.Path(__file__).resolve().parent
 
 
 def env():
     result = dict(os.environ)
     result['JAX_PLATFORMS'] = 'cpu'
     result['PYTHONUNBUFFERED'] = '1'
-    # The tests folder too, for the scripts there (`original_main`).
+    # The support folder too, for the scripts there (`original_main`).
     result['PYTHONPATH'] = os.pathsep.join(
-        [str(ROOT), str(ROOT / 'tests'), result.get('PYTHONPATH', '')])
+        [str(ROOT), str(SUPPORT), result.get('PYTHONPATH', '')])
     return result
 
 

@@ -2,7 +2,7 @@
 `parallel_env` does: one env per `act` request, a scalar `envid`, unbatched
 leaves, and unbatched actions in the reply. Run as a script:
 
-    python tests/original_env.py ACTOR_ADDR ENVID IS_EVAL [FLAG ...]
+    python tests/support/original_env.py ACTOR_ADDR ENVID IS_EVAL [FLAG ...]
 
 The env is made by `embodied.main.make_env` from the config the flags give.
 

@@ -1,7 +1,7 @@
 """Runs a script with `args` built as the original's dreamerv3/main.py builds
 them: its `run` block and nine globals, none of the keys this package adds.
 
-    python tests/original_main.py --script parallel --configs debug ...
+    python tests/support/original_main.py --script parallel --configs debug ...
 
 Everything else (flags, factories, dispatch) is `embodied.main`'s.
 """
@@ -40,5 +40,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
     main()

@@ -21,7 +21,7 @@ from embodied import main as mainlib
 from embodied.run import arguments
 from original_main import ORIGINAL_GLOBALS, ORIGINAL_RUN_KEYS, original_args
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 FLAGS = (
     '--configs', 'debug', '--agent_impl', 'testing', '--task', 'dummy_disc',

@@ -20,7 +20,7 @@ import pytest
 
 import launch
 from embodied import rpc
-from test_parallel import (
+from tests.run.parallel.test_parallel import (
     COMMON, MODULE, Tree, finish, progress_step, run_to_end, start)
 
 FAST = ('--run.envs', '2', '--run.eval_envs', '0')

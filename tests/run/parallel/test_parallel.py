@@ -237,7 +237,7 @@ def test_actor_serves_original_one_env_requests_next_to_rows(tmp_path):
     original = launch.Launch(
         f'localhost:{actor}', 1, False, *COMMON, *flags,
         logfile=tmp_path / 'original.log',
-        script=launch.ROOT / 'tests' / 'original_env.py')
+        script=launch.SUPPORT / 'original_env.py')
     runs = (main, ours, original)
     outputs = finish_all(runs)
     assert 'Reached run.steps (300)' in outputs[0]
