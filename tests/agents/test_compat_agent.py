@@ -1,5 +1,5 @@
-"""An agent written for the original `embodied.jax` (tests/fixtures/
-compat_agent.py) runs on this package: built, trained, checkpointed, and
+"""An agent written for the original `embodied.jax` (tests/support/
+fixtures/compat_agent.py) runs on this package: built, trained, checkpointed, and
 trained by the `train` and `parallel` scripts."""
 
 import json
@@ -14,7 +14,7 @@ from embodied import main as mainlib
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
-# The tests folder is on sys.path (pytest puts it there; the scripts below
+# tests/support is on sys.path (conftest.py puts it there; the scripts below
 # get it through launch.env()).
 AGENT = 'fixtures.compat_agent:CompatAgent'
 OBS, ACT = helpers.OBS_SPACE, helpers.ACT_SPACE
