@@ -33,7 +33,7 @@ from embodied.run.wiring import prefix
 def parallel_actor(agent, barrier, args):
     """Serves `act`: batches envs, runs the policy, replies, then sends the
     transitions to the replay and logger."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     link = link_of(barrier)
     islist = lambda x: isinstance(x, list)
     initial = agent.init_policy(args.actor_batch)

@@ -23,7 +23,7 @@ from embodied.run.parallel.link import AgentLink
 
 def parallel_agent(make_agent, args):
     """One agent shared by the actor and learner threads."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     agent = wiring.loads(make_agent)()
     link = AgentLink()
     actor = rpc.Thread(parallel_actor, agent, link, args, name='Actor')

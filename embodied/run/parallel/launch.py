@@ -51,9 +51,7 @@ def combined(
         make_agent, make_replay_train, make_replay_eval, make_env_train,
         make_env_eval, make_stream, make_logger, args):
     """Runs the whole training launch until it stops; see the module doc."""
-    args = arguments.with_defaults(args)
-    if args.actor_batch <= 0:
-        args = args.update(actor_batch=max(1, args.envs // 2))
+    args = arguments.normalize(args)
     if args.actor_batch > args.envs:
         raise ValueError(
             f'run.actor_batch ({args.actor_batch}) cannot exceed run.envs '

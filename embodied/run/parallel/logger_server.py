@@ -29,7 +29,7 @@ from embodied.run import wiring
 def parallel_logger(make_logger, args):
     """Counts the global step (train env steps), aggregates episodes and
     writes metrics."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     logger = wiring.loads(make_logger)()
     step = logger.step
     lock = threading.Lock()
