@@ -110,6 +110,7 @@ class Agent(embodied.Agent):
                 'embodied.jax.Agent is a base class: subclass it and build '
                 'the model in your __init__.')
         runtime = runtimelib.setup(config.jax, config.get('logdir'))
+        obs_space, act_space = _plain_spaces(obs_space), _plain_spaces(act_space)
         from . import nets
         nets.COMPUTE_DTYPE = runtime.compute_dtype
         model = super().__new__(cls)
@@ -302,6 +303,7 @@ class Agent(embodied.Agent):
         # of shapes not compiled ahead add to them.
         self.traces = collections.Counter()
         self._built = False
+        self._compiling = False  # Set by _compile_policy, under TRACE_LOCK.
         self._setup_shardings()
         self._jit_functions(model)
         with self._state_lock:
@@ -364,7 +366,7 @@ class Agent(embodied.Agent):
 
         def counted(*args, **kw):
             self.traces[name] += 1
-            if self._built and self.runtime.jit:
+            if self._built and self.runtime.jit and not self._compiling:
                 print(
                     f'Agent: tracing {name} for arguments of a new shape '
                     'or mode (not compiled ahead).', flush=True)
@@ -413,7 +415,11 @@ class Agent(embodied.Agent):
         """Compiles `init_policy` and `policy` (for stacked carries and for
         per-row ones) at each batch size for each mode."""
         with TRACE_LOCK:  # Also keeps two threads from compiling one size.
-            self._compile_policy_locked(sizes, modes, announce)
+            self._compiling = True
+            try:
+                self._compile_policy_locked(sizes, modes, announce)
+            finally:
+                self._compiling = False
 
     def _compile_policy_locked(self, sizes, modes, announce):
         start = time.monotonic()
@@ -613,6 +619,19 @@ class Agent(embodied.Agent):
 
 def _islist(x):
     return isinstance(x, list)
+
+
+def _plain_spaces(spaces):
+    """The spaces with Python int shapes (an env may build them from numpy
+    integers, which modules take as other values than ints)."""
+    plain = {}
+    for key, space in spaces.items():
+        shape = tuple(int(x) for x in space.shape)
+        if shape != space.shape or not all(
+                type(x) is int for x in space.shape):
+            space = elements.Space(space.dtype, shape, space.low, space.high)
+        plain[key] = space
+    return plain
 
 
 def _rows(carry, split):
