@@ -379,6 +379,23 @@ class Agent(embodied.Agent):
         policy at `config.policy_batches` (see the module docstring)."""
         config = self.config
         start = time.monotonic()
+        if config.get('batch_size') and config.get('batch_length'):
+            self._compile_learner(config)
+        learner = time.monotonic() - start
+        policy = {
+            mode: sorted({int(x) for x in sizes}) for mode, sizes in
+            dict(config.get('policy_batches', {})).items() if sizes}
+        if self.runtime.enable_policy:
+            for mode, sizes in policy.items():
+                self._compile_policy(sizes, [mode], announce=False)
+        policy = ', '.join(f'{m} {s}' for m, s in policy.items())
+        print(
+            f'Compiled the agent in {time.monotonic() - start:.1f} s '
+            f'(train and report {learner:.1f} s'
+            + (f'; policy at batch sizes {policy}' if policy else '')
+            + ').', flush=True)
+
+    def _compile_learner(self, config):
         batch = int(config.batch_size)
         context = int(config.get('replay_context', 0))
         train_length = int(config.batch_length) + context
@@ -397,19 +414,6 @@ class Agent(embodied.Agent):
                     init(state, seed, batch), self._train_batch)
                 data = self._zero_batch(batch, length)
                 step.lower(state, carry, data, seed).compile()
-        learner = time.monotonic() - start
-        policy = {
-            mode: sorted({int(x) for x in sizes}) for mode, sizes in
-            dict(config.get('policy_batches', {})).items() if sizes}
-        if self.runtime.enable_policy:
-            for mode, sizes in policy.items():
-                self._compile_policy(sizes, [mode], announce=False)
-        policy = ', '.join(f'{m} {s}' for m, s in policy.items())
-        print(
-            f'Compiled the agent in {time.monotonic() - start:.1f} s '
-            f'(train and report {learner:.1f} s'
-            + (f'; policy at batch sizes {policy}' if policy else '')
-            + ').', flush=True)
 
     def _compile_policy(self, sizes, modes, announce=True):
         """Compiles `init_policy` and `policy` (for stacked carries and for
