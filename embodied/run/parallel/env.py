@@ -107,9 +107,10 @@ def run_worker(make_env, envids, args, is_eval):
         # The actor serves only once it reached the replay and logger, which
         # may take run.connect_timeout itself: wait twice as long, so that
         # the role that is really missing is the one named.
+        timeout = wiring.connect_timeout(args, 'actor')
         try:
             return rpc.SyncClient.connect(
-                args.actor_addr, name, 2 * args.connect_timeout,
+                args.actor_addr, name, timeout and 2 * timeout,
                 wiring.ipv6(args), report_every=args.wait_report)
         except rpc.Unreachable as e:
             raise envpool.ActorUnreachable(str(e)) from None

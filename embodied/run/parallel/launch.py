@@ -229,21 +229,23 @@ class _Launch:
                 pass
 
     def _connect(self, start):
-        """Connects to every role; a role not up within run.connect_timeout
-        of the launch's `start` ends the run naming its address. (Counted
-        from the launch, not per role, so the launcher gives up before the
-        roles' own clients of the same address do.)"""
-        timeout = self.args.connect_timeout
-        next_report = start + self.args.wait_report
+        """Connects to every role. A remote role not up within
+        run.connect_timeout of when the launcher starts waiting for it ends
+        the run naming its address; a role this launch started has no limit
+        (`_check` ends the run if it dies), so a busy machine or a long
+        compile is no error."""
         for role in ('logger', 'replay', 'actor'):
+            timeout = wiring.connect_timeout(self.args, role)
             addr = self.args[f'{role}_addr']
             client = rpc.Client(
                 rpc.addresses.client_addr(addr, wiring.ipv6(self.args)),
                 f'Launcher{role.title()}', logging=False)
+            begin = time.monotonic()
+            next_report = begin + self.args.wait_report
             while not client.connect(0.2):
                 self._check()
                 now = time.monotonic()
-                if now - start > timeout:
+                if timeout is not None and now - begin > timeout:
                     client.close(1)
                     raise rpc.Unreachable(
                         f'The {role} at {addr} did not come up within '
@@ -251,8 +253,8 @@ class _Launch:
                 if now >= next_report:
                     next_report = now + self.args.wait_report
                     print(f'Launcher: waiting for the {role} at {addr} for '
-                          f'{now - start:.0f} s (giving up after {timeout} s, '
-                          f'run.connect_timeout).', flush=True)
+                          f'{now - begin:.0f} s '
+                          f'({rpc.client.wait_limit(timeout)}).', flush=True)
             self.clients[role] = client
 
     def _call(self, role, method, *args, timeout=None):
