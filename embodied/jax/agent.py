@@ -154,12 +154,9 @@ class Agent(embodied.Agent):
     def init_report(self, batch_size):
         return self._init_train_carry(self._jit_init_report, batch_size)
 
-    def _init_train_carry(self, jitted, batch_size, locked=True):
+    def _init_train_carry(self, jitted, batch_size):
         self._check_divisible(batch_size, self.runtime.train_devices, 'train')
-        if locked:
-            with self._state_lock:
-                carry = jitted(self._state, self._seed('init'), batch_size)
-        else:
+        with self._state_lock:
             carry = jitted(self._state, self._seed('init'), batch_size)
         return jax.device_put(carry, self._train_batch)
 
@@ -172,7 +169,7 @@ class Agent(embodied.Agent):
                 f"policy mode must be one of {', '.join(MODES)}, not '{mode}'.")
         split = any(
             _islist(x) for x in jax.tree.leaves(carry, is_leaf=_islist))
-        rows = _rows(carry, split)
+        rows = self._rows(carry, obs)
         size = self._policy_size(rows, mode)
         obs = self._prepare_obs(obs, rows, size)
         carry = self._pad_carry(carry, rows, size, split)
@@ -468,6 +465,17 @@ class Agent(embodied.Agent):
         self._compile_policy([size], [mode])
         return size
 
+    def _rows(self, carry, obs):
+        """The rows of a policy call: of the carry (a list per leaf when
+        split), or of the observations when the carry has no leaves."""
+        leaves = jax.tree.leaves(carry, is_leaf=_islist)
+        if leaves:
+            return len(leaves[0])
+        for key in self.obs_space:
+            if key in obs:
+                return len(obs[key])
+        return 0
+
     def _pad_carry(self, carry, rows, size, split):
         if size == rows:
             return carry
@@ -636,14 +644,6 @@ def _plain_spaces(spaces):
             space = elements.Space(space.dtype, shape, space.low, space.high)
         plain[key] = space
     return plain
-
-
-def _rows(carry, split):
-    """The batch size of a policy carry (a list per leaf when `split`)."""
-    leaves = jax.tree.leaves(carry, is_leaf=_islist)
-    if not leaves:
-        raise ValueError('policy: the carry is empty; use init_policy().')
-    return len(leaves[0])
 
 
 def _cut(carry, rows, split):
