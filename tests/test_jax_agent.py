@@ -330,3 +330,20 @@ def test_policy_seeds_unique_across_threads():
     for worker in workers:
         worker.join(60)
     assert agent.save()['rng/policy'] == start + calls * threads
+
+
+def test_thread_contract_names_every_public_method():
+    """The thread contract heading embodied/jax/agent.py has a row for every
+    public method of the agent base, so a new method must state its threads
+    and lock."""
+    import inspect
+    from embodied.jax import agent as agentlib
+    table = agentlib.__doc__.split('Thread contract.')[1]
+    rows = set()
+    for line in table.splitlines():
+        first = line.strip().split('  ')[0]
+        rows.update(x.strip() for x in first.split(','))
+    public = {
+        name for name, value in vars(agentlib.Agent).items()
+        if not name.startswith('_') and callable(value)}
+    assert public <= rows, sorted(public - rows)
