@@ -26,7 +26,7 @@ STEPS = 300  # env steps of every DreamerV3 run here
 QUICK = ('--run.steps', str(STEPS), '--run.log_every', '5')
 TIMEOUT = 600
 SUITES = {
-    # block: (import, task flags for the debug size)
+    # block: (import, extra flags)
     'atari': ('ale_py', ()),
     'atari100k': ('ale_py', ()),
     'crafter': ('crafter', ()),
@@ -111,10 +111,13 @@ def test_parallel_with_a_role_as_its_own_command(tmp_path, script):
 
 
 def suite_flags(block):
+    """The block at the debug size; a train ratio of 32 instead of the
+    block's (up to 1024) keeps the few hundred steps quick."""
     module, flags = SUITES[block]
     pytest.importorskip(module)
     return ('--configs', block, 'debug', *flags, *QUICK,
-            '--run.envs', '2', '--run.eval_envs', '0')
+            '--run.envs', '2', '--run.eval_envs', '0',
+            '--run.train_ratio', '32')
 
 
 @pytest.mark.parametrize('block', sorted(SUITES))
