@@ -216,7 +216,13 @@ def write_scores(folder, scores):
                 'episode/score': float(score)}) + '\n')
 
 
-@pytest.mark.parametrize('command', readme_runs())
+def slug(command):
+    """A short test id for a README command."""
+    words = command.split()[2:]
+    return re.sub(r'[^A-Za-z0-9_.]+', '-', ' '.join(words))[:70].strip('-')
+
+
+@pytest.mark.parametrize('command', readme_runs(), ids=slug)
 def test_readme_command(tmp_path, command):
     module, flags = as_test(command, tmp_path)
     if module == 'embodied.plot':
