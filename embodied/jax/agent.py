@@ -30,26 +30,31 @@ lowers and compiles `init_train`, `init_report`, `train` (batch_size x
 batch_length + replay_context) and `report` (batch_size x report_length +
 replay_context), and `init_policy` and `policy` at the sizes in
 `config.policy_batches` ({mode: [batch sizes]}, optional; `embodied.main`
-passes the sizes its runner uses), before any thread can call it. `init_policy(n)` compiles the policy for a
-size not yet compiled. A policy batch of n rows runs on the smallest
-compiled size >= n, padded with copies of its first row and the results cut
-back to n rows, so partial batches never trace anew.
+passes the sizes its runner uses), before any thread can call it.
+`init_policy(n)` compiles the policy for a size not yet compiled. A policy
+batch of n rows runs on the smallest compiled size >= n, padded with copies
+of its first row and the results cut back to n rows, so partial batches
+never trace anew. `self.traces` counts the traces per function.
 
 Thread contract. Tracing a ninjax function uses process-wide state (its name
-scope), so every trace in the process runs under one lock, `TRACE_LOCK`.
+scope), so every trace in the process runs under one lock, `TRACE_LOCK`;
+the column "traces" says when a method can still trace (and take it).
 
-    method                    threads that may call it      lock taken        traces?
-    ------------------------  ----------------------------  ----------------  -------------------------------
-    init_policy               any (actor threads, driver)   seed lock         only for a new batch size
-    policy                    any number at once            seed lock         only for a size above every
-                              (run.actor_threads > 1)                         compiled one or a new mode
-    init_train, init_report   one learner thread            state lock        only for a new batch size
-    train, report             one learner thread            state lock        only for new batch shapes
-    stream                    learner thread                none              no
-    save                      any (the actor's server       state lock,       no
-                              thread in the parallel run)   seed lock
-    load                      learner, before the actor     state lock,       no
-                              acts (the link's barrier)     seed lock
+    method          may be called from          lock          traces
+    --------------  --------------------------  ------------  ---------------
+    init_policy     any thread (actor threads,  seed          a new size
+                    the driver)
+    policy          any number of threads at    seed          a size above
+                    once (run.actor_threads)                  all compiled
+                                                              or a new mode
+    init_train,     one learner thread          state, seed   a new size
+    init_report
+    train, report   one learner thread          state, seed   new shapes
+    stream          the learner thread          none          no
+    save            any thread (the actor's     state, seed   no
+                    server thread in parallel)
+    load            the learner, before the     state, seed   no
+                    actor acts (link barrier)
 
 The seed lock makes every call draw its own random seed; the state lock
 keeps `train`, `report`, `save` and `load` from interleaving. `policy` reads
