@@ -31,7 +31,8 @@ batch_length + replay_context) and `report` (batch_size x report_length +
 replay_context), and `init_policy` and `policy` at the sizes in
 `config.policy_batches` ({mode: [batch sizes]}, optional; `embodied.main`
 passes the sizes its runner uses), before any thread can call it.
-`init_policy(n)` compiles the policy for a size not yet compiled. A policy
+`init_policy(n)` compiles the policy (mode train) for a size not compiled
+in any mode. A policy
 batch of n rows runs on the smallest compiled size >= n, padded with copies
 of its first row and the results cut back to n rows, so partial batches
 never trace anew. `self.traces` counts the traces per function.
@@ -144,7 +145,8 @@ class Agent(embodied.Agent):
     def init_policy(self, batch_size):
         self._require_policy('init_policy')
         self._check_divisible(batch_size, self.runtime.policy_devices, 'policy')
-        if self._precompile and batch_size not in self._policy_sizes['train']:
+        compiled = any(batch_size in s for s in self._policy_sizes.values())
+        if self._precompile and not compiled:
             self._compile_policy([batch_size], ['train'])
         return self._init_policy_carry(batch_size)
 
