@@ -226,7 +226,9 @@ def make_agent(config):
             replay_context=config.replay_context,
             report_length=config.report_length,
             replica=config.replica,
-            replicas=config.replicas)
+            replicas=config.replicas,
+            policy_batches=arguments.policy_calls(
+                make_args(config), config.script))
     return ctor(obs_space, act_space, agent_config)
 
 

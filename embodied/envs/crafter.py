@@ -48,7 +48,8 @@ class Crafter(base.Env):
     def obs_space(self):
         spaces = {
             'image': elements.Space(
-                np.uint8, tuple(self._env.observation_space.shape)),
+                np.uint8, tuple(
+                    int(x) for x in self._env.observation_space.shape)),
             **base.step_spaces(),
             'log/reward': elements.Space(np.float32),
         }

@@ -1,10 +1,17 @@
 """A fast synthetic environment for tests and benchmarks.
 
 Every observation carries `count`, the number of steps this env instance has
-produced since it was constructed (0, 1, 2, ..., continuing across episodes).
-The image and vector are deterministic functions of that count (`image_for`,
-`vector_for`), so a consumer far downstream (the test agent, a replay test) can
-check that each step arrived intact and in order.
+produced since it was constructed (0, 1, 2, ..., continuing across episodes;
+float32 as in the original, exact up to 2**24 steps). The image, vector and
+the other keys are deterministic functions of that count (`image_for`,
+`vector_for`, ...), so a consumer far downstream (the test agent, a replay
+test) can check that each step arrived intact and in order.
+
+The observation keys, dtypes and shapes are the original's (`image`,
+`vector` of 7, `token` in [0, 256), `count`, `float2d` 4x5, `int2d` 2x3 in
+[0, 4), `reward`, `is_*`), so agents written for its dummy env build the
+same inputs; every integer observation is bounded (an agent may one-hot
+it). Unlike the original's, `count` does not restart with each episode.
 """
 
 import functools
@@ -23,7 +30,9 @@ TASKS = ('disc', 'cont')
 # a wrong image dtype or shape, a NaN in the vector, or no vector at all.
 FAIL_MODES = (
     'raise', 'segfault', 'kill', 'init', 'dtype', 'shape', 'nan', 'keys')
-VECTOR_SIZE = 8
+VECTOR_SIZE = 7
+TOKENS = 256
+INT2D_CLASSES = 4
 DISC_CLASSES = 4
 CONT_SIZE = 2
 
@@ -49,7 +58,7 @@ def _pattern(size):
 
 
 def vector_for(count):
-    """The vector shown at `count`: float32 in [-1, 1), shape (..., 8)."""
+    """The vector shown at `count`: float32 in [-1, 1), shape (..., 7)."""
     count = np.asarray(count, np.int64)[..., None]
     offsets = 37 * np.arange(VECTOR_SIZE)
     return (((count + offsets) % 1000) / 500 - 1).astype(np.float32)
@@ -96,7 +105,10 @@ class Dummy(base.Env):
         return {
             'image': elements.Space(np.uint8, self.size + (3,)),
             'vector': elements.Space(np.float32, (VECTOR_SIZE,), -1, 1),
-            'count': elements.Space(np.int32, (), 0),
+            'token': elements.Space(np.int32, (), 0, TOKENS),
+            'count': elements.Space(np.float32, (), 0),
+            'float2d': elements.Space(np.float32, (4, 5), -1, 1),
+            'int2d': elements.Space(np.int32, (2, 3), 0, INT2D_CLASSES),
             **base.step_spaces(),
             'log/player_pos': elements.Space(np.float32),
             'log/episode_step': elements.Space(np.int32, (), 0),
@@ -164,7 +176,10 @@ class Dummy(base.Env):
         return {
             'image': image_for(count, self.size),
             'vector': vector_for(count),
-            'count': np.int32(count),
+            'token': np.int32(count % TOKENS),
+            'count': np.float32(count),
+            'float2d': np.full((4, 5), vector_for(count)[0], np.float32),
+            'int2d': np.full((2, 3), count % INT2D_CLASSES, np.int32),
             'reward': np.float32(reward),
             'is_first': np.bool_(is_first),
             'is_last': np.bool_(is_last),

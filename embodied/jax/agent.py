@@ -23,12 +23,52 @@ instance of this base that holds the model as `.model`), with the batched
 
 The parameters live on the train devices and `train` updates them in place
 (donated). The policy reads its own copy on the policy devices; after each
-update the learner publishes a fresh copy, so one learner thread (train,
-report, save, load) and one actor thread (policy) may share an agent.
+update the learner publishes a fresh copy.
+
+Compiling ahead. Building the agent (with `jax.precompile`, the default)
+lowers and compiles `init_train`, `init_report`, `train` (batch_size x
+batch_length + replay_context) and `report` (batch_size x report_length +
+replay_context), and `init_policy` and `policy` at the sizes in
+`config.policy_batches` ({mode: [batch sizes]}, optional; `embodied.main`
+passes the sizes its runner uses), before any thread can call it.
+`init_policy(n)` compiles the policy (mode train) for a size not compiled
+in any mode. A policy
+batch of n rows runs on the smallest compiled size >= n, padded with copies
+of its first row and the results cut back to n rows, so partial batches
+never trace anew. `self.traces` counts the traces per function.
+
+Thread contract. Tracing a ninjax function uses process-wide state (its name
+scope), so every trace in the process runs under one lock, `TRACE_LOCK`;
+the column "traces" says when a method can still trace (and take it).
+
+    method          may be called from          lock          traces
+    --------------  --------------------------  ------------  ---------------
+    init_policy     any thread (actor threads,  seed          a new size
+                    the driver)
+    policy          any number of threads at    seed          a size above
+                    once (run.actor_threads)                  all compiled
+                                                              or a new mode
+    init_train,     one learner thread          state, seed   a new size
+    init_report
+    train, report   one learner thread          state, seed   new shapes
+    stream          the learner thread          none          no
+    save            any thread (the actor's     state, seed   no
+                    server thread in parallel)
+    load            the learner, before the     state, seed   no
+                    actor acts (link barrier)
+
+The seed lock makes every call draw its own random seed; the state lock
+keeps `train`, `report`, `save` and `load` from interleaving. `policy` reads
+the published parameters as one reference and never waits for `train`.
+Construction is not thread-safe: build the agent before starting threads.
 """
 
+import bisect
+import collections
+import functools
 import re
 import threading
+import time
 
 import elements
 import jax
@@ -43,6 +83,24 @@ from . import runtime as runtimelib
 
 SEED_STREAMS = ('init', 'policy', 'train', 'report')
 MODES = ('train', 'eval', 'explore')
+# The seed given when compiling ahead: no random stream advances.
+_LOWERING_SEED = np.zeros(2, np.uint32)
+
+#: Held by every trace of an agent's function in this process: ninjax keeps
+#: its name scope in a process-wide variable, so two traces at once (say the
+#: actor's first policy and the learner's first train) corrupt each other.
+#: Reentrant, as a trace may start another.
+TRACE_LOCK = threading.RLock()
+
+
+def traced_under_lock(fn):
+    """`fn` run under `TRACE_LOCK`; for the functions given to `jax.jit`,
+    whose Python body only runs when JAX traces them."""
+    @functools.wraps(fn)
+    def locked(*args, **kwargs):
+        with TRACE_LOCK:
+            return fn(*args, **kwargs)
+    return locked
 
 
 class Agent(embodied.Agent):
@@ -58,6 +116,7 @@ class Agent(embodied.Agent):
                 'embodied.jax.Agent is a base class: subclass it and build '
                 'the model in your __init__.')
         runtime = runtimelib.setup(config.jax, config.get('logdir'))
+        obs_space, act_space = _plain_spaces(obs_space), _plain_spaces(act_space)
         from . import nets
         nets.COMPUTE_DTYPE = runtime.compute_dtype
         model = super().__new__(cls)
@@ -86,6 +145,12 @@ class Agent(embodied.Agent):
     def init_policy(self, batch_size):
         self._require_policy('init_policy')
         self._check_divisible(batch_size, self.runtime.policy_devices, 'policy')
+        compiled = any(batch_size in s for s in self._policy_sizes.values())
+        if self._precompile and not compiled:
+            self._compile_policy([batch_size], ['train'])
+        return self._init_policy_carry(batch_size)
+
+    def _init_policy_carry(self, batch_size):
         carry = self._jit_init_policy(
             self._policy_params, self._seed('init'), batch_size)
         return jax.device_put(carry, self._policy_batch)
@@ -111,14 +176,22 @@ class Agent(embodied.Agent):
                 f"policy mode must be one of {', '.join(MODES)}, not '{mode}'.")
         split = any(
             _islist(x) for x in jax.tree.leaves(carry, is_leaf=_islist))
-        obs = self._prepare_obs(obs)
+        rows = self._rows(carry, obs)
+        size = self._policy_size(rows, mode)
+        obs = self._prepare_obs(obs, rows, size)
+        carry = self._pad_carry(carry, rows, size, split)
         carry, act, out = self._jit_policy(
             self._policy_params, carry, obs, self._seed('policy'),
             mode=mode, split=split)
+        if size != rows:
+            carry = _cut(carry, rows, split)
         act, out = jax.device_get((act, out))
         act = {
-            k: np.asarray(v, self.act_space[k].dtype) for k, v in act.items()}
+            k: np.asarray(v[:rows], self.act_space[k].dtype)
+            for k, v in act.items()}
         out = treemap_numpy(out)
+        if size != rows:
+            out = jax.tree.map(lambda x: x[:rows], out)
         finite = out.pop('finite', None)
         if finite is not None:
             bad = [k for k, v in elements.tree.flatdict(finite).items()
@@ -167,7 +240,7 @@ class Agent(embodied.Agent):
             data = {
                 k: np.asarray(v)
                 for k, v in jax.device_get(self._state).items()}
-        data.update(self._rng_state())
+            data.update(self._rng_state())
         return data
 
     def load(self, data, regex=None):
@@ -225,14 +298,27 @@ class Agent(embodied.Agent):
         # store them so a restored agent continues the same random streams.
         self._seed_base = int(config.seed)
         self._calls = {name: 0 for name in SEED_STREAMS}
+        self._seed_lock = threading.Lock()
         self._policy_pattern = re.compile(model.policy_keys)
         self._state_lock = threading.Lock()
+        # Sorted batch sizes the policy is compiled for, per mode.
+        self._policy_sizes = {mode: [] for mode in MODES}
+        # Traces per jitted function; after construction, only arguments
+        # of shapes not compiled ahead add to them.
+        self.traces = collections.Counter()
+        self._built = False
+        self._compiling = False  # Set by _compile_policy, under TRACE_LOCK.
         self._setup_shardings()
-        self._compile(model)
+        self._jit_functions(model)
         with self._state_lock:
             self._state = self._init_state()
             self._select_policy_keys()
             self._publish_policy_params()
+        self._precompile = bool(
+            self.runtime.jit and config.jax.get('precompile', True))
+        if self._precompile:
+            self._compile_ahead()
+        self._built = True
 
     def _init_state(self):
         """Creates the parameters by tracing `init_train` and `train` on a
@@ -278,9 +364,143 @@ class Agent(embodied.Agent):
             self.runtime.train_devices)
 
     def _jit(self, fn, **kwargs):
-        return jax.jit(fn, **kwargs) if self.runtime.jit else fn
+        """`fn` jitted, its traces under `TRACE_LOCK` and counted in
+        `self.traces` by function name."""
+        name = fn.__name__
 
-    def _compile(self, model):
+        def counted(*args, **kw):
+            self.traces[name] += 1
+            if self._built and self.runtime.jit and not self._compiling:
+                print(
+                    f'Agent: tracing {name} for arguments of a new shape '
+                    'or mode (not compiled ahead).', flush=True)
+            return fn(*args, **kw)
+        counted = traced_under_lock(functools.wraps(fn)(counted))
+        return jax.jit(counted, **kwargs) if self.runtime.jit else counted
+
+    def _compile_ahead(self):
+        """Compiles what the learner calls at the configured shapes and the
+        policy at `config.policy_batches` (see the module docstring)."""
+        config = self.config
+        start = time.monotonic()
+        if config.get('batch_size') and config.get('batch_length'):
+            self._compile_learner(config)
+        learner = time.monotonic() - start
+        policy = {
+            mode: sorted({int(x) for x in sizes}) for mode, sizes in
+            dict(config.get('policy_batches', {})).items() if sizes}
+        if self.runtime.enable_policy:
+            for mode, sizes in policy.items():
+                self._compile_policy(sizes, [mode], announce=False)
+        policy = ', '.join(f'{m} {s}' for m, s in policy.items())
+        print(
+            f'Compiled the agent in {time.monotonic() - start:.1f} s '
+            f'(train and report {learner:.1f} s'
+            + (f'; policy at batch sizes {policy}' if policy else '')
+            + ').', flush=True)
+
+    def _compile_learner(self, config):
+        batch = int(config.batch_size)
+        context = int(config.get('replay_context', 0))
+        train_length = int(config.batch_length) + context
+        report_length = int(config.get(
+            'report_length', config.batch_length)) + context
+        self._check_divisible(batch, self.runtime.train_devices, 'train')
+        seed = _LOWERING_SEED
+        with self._state_lock:
+            state = self._state
+            for init, step, length in (
+                    (self._jit_init_train, self._jit_train, train_length),
+                    (self._jit_init_report, self._jit_report,
+                     report_length)):
+                init.lower(state, seed, batch).compile()
+                carry = jax.device_put(
+                    init(state, seed, batch), self._train_batch)
+                data = self._zero_batch(batch, length)
+                step.lower(state, carry, data, seed).compile()
+
+    def _compile_policy(self, sizes, modes, announce=True):
+        """Compiles `init_policy` and `policy` (for stacked carries and for
+        per-row ones) at each batch size for each mode."""
+        with TRACE_LOCK:  # Also keeps two threads from compiling one size.
+            self._compiling = True
+            try:
+                self._compile_policy_locked(sizes, modes, announce)
+            finally:
+                self._compiling = False
+
+    def _compile_policy_locked(self, sizes, modes, announce):
+        start = time.monotonic()
+        params, seed = self._policy_params, _LOWERING_SEED
+        for size in sizes:
+            self._check_divisible(size, self.runtime.policy_devices, 'policy')
+            self._jit_init_policy.lower(params, seed, size).compile()
+            carry = jax.device_put(
+                self._jit_init_policy(params, seed, size), self._policy_batch)
+            obs = self._prepare_obs(
+                {k: np.zeros((size, *v.shape), v.dtype)
+                 for k, v in self.obs_space.items()}, size, size)
+            for mode in modes:
+                if size in self._policy_sizes[mode]:
+                    continue
+                # Per-row carries as the actor holds them: rows of an
+                # earlier policy call's output.
+                rows, _, _ = self._jit_policy(
+                    params, carry, obs, seed, mode=mode, split=True)
+                for split, value in ((False, carry), (True, rows)):
+                    self._jit_policy.lower(
+                        params, value, obs, seed, mode=mode,
+                        split=split).compile()
+                bisect.insort(self._policy_sizes[mode], size)
+        if announce:
+            print(
+                f'Compiled the policy at batch sizes {sizes} in mode '
+                f'{", ".join(modes)} in {time.monotonic() - start:.1f} s.',
+                flush=True)
+
+    def _policy_size(self, rows, mode):
+        """The compiled batch size a policy call of `rows` rows runs at,
+        compiling one (under the trace lock) when none fits."""
+        if not self._precompile:
+            return rows
+        sizes = self._policy_sizes[mode]
+        index = bisect.bisect_left(sizes, rows)
+        if index < len(sizes):
+            return sizes[index]
+        devices = len(self.runtime.policy_devices)
+        size = -(-rows // devices) * devices
+        self._compile_policy([size], [mode])
+        return size
+
+    def _rows(self, carry, obs):
+        """The rows of a policy call: of the carry (a list per leaf when
+        split), or of the observations when the carry has no leaves."""
+        leaves = jax.tree.leaves(carry, is_leaf=_islist)
+        if leaves:
+            return len(leaves[0])
+        for key in self.obs_space:
+            if key in obs:
+                return len(obs[key])
+        return 0
+
+    def _pad_carry(self, carry, rows, size, split):
+        if size == rows:
+            return carry
+        if split:
+            return jax.tree.map(
+                lambda xs: xs + xs[:1] * (size - rows), carry, is_leaf=_islist)
+        return jax.device_put(jax.tree.map(
+            lambda x: jnp.concatenate(
+                [x, jnp.repeat(x[:1], size - rows, 0)]), carry),
+            self._policy_batch)
+
+    def _zero_batch(self, batch, length):
+        data = {
+            k: np.zeros((batch, length, *v.shape), v.dtype)
+            for k, v in self.spaces.items()}
+        return jax.device_put(data, self._train_batch)
+
+    def _jit_functions(self, model):
         pure = {
             name: nj.pure(getattr(model, name)) for name in (
                 'init_policy', 'init_train', 'init_report', 'policy',
@@ -290,6 +510,7 @@ class Agent(embodied.Agent):
             def fn(params, seed, batch_size):
                 _, carry = pure[name](params, batch_size, seed=seed)
                 return carry
+            fn.__name__ = name
             return fn
 
         def policy(params, carry, obs, seed, mode, split):
@@ -339,14 +560,24 @@ class Agent(embodied.Agent):
         self._policy_params = jax.device_put(
             params, self._policy_replicated, may_alias=False)
 
-    def _prepare_obs(self, obs):
+    def _prepare_obs(self, obs, rows, size):
+        """The observations on the policy devices, padded from `rows` to
+        `size` rows with copies of the first."""
         prepared = {}
         for key, space in self.obs_space.items():
             if key not in obs:
                 raise KeyError(
                     f"policy: observation '{key}' missing; got keys "
                     f"{sorted(obs)}.")
-            prepared[key] = np.asarray(obs[key], space.dtype)
+            value = np.asarray(obs[key], space.dtype)
+            if len(value) != rows:
+                raise ValueError(
+                    f"policy: observation '{key}' has {len(value)} rows, the "
+                    f'carry {rows}.')
+            if size != rows:
+                value = np.concatenate(
+                    [value, np.repeat(value[:1], size - rows, 0)])
+            prepared[key] = value
         return jax.device_put(prepared, self._policy_batch)
 
     def _prepare_batch(self, data, method):
@@ -366,23 +597,26 @@ class Agent(embodied.Agent):
         return jax.device_put(batch, self._train_batch)
 
     def _seed(self, name):
-        count = self._calls[name]
-        self._calls[name] = count + 1
+        with self._seed_lock:
+            count = self._calls[name]
+            self._calls[name] = count + 1
         index = SEED_STREAMS.index(name)
         sequence = np.random.SeedSequence([self._seed_base, index, count])
         return sequence.generate_state(2).astype(np.uint32)
 
     def _rng_state(self):
-        state = {f'rng/{k}': np.int64(v) for k, v in self._calls.items()}
-        state['rng/seed'] = np.int64(self._seed_base)
+        with self._seed_lock:
+            state = {f'rng/{k}': np.int64(v) for k, v in self._calls.items()}
+            state['rng/seed'] = np.int64(self._seed_base)
         return state
 
     def _set_rng_state(self, values):
-        if 'rng/seed' in values:
-            self._seed_base = int(values['rng/seed'])
-        for name in SEED_STREAMS:
-            if f'rng/{name}' in values:
-                self._calls[name] = int(values[f'rng/{name}'])
+        with self._seed_lock:
+            if 'rng/seed' in values:
+                self._seed_base = int(values['rng/seed'])
+            for name in SEED_STREAMS:
+                if f'rng/{name}' in values:
+                    self._calls[name] = int(values[f'rng/{name}'])
 
     def _check_divisible(self, batch_size, devices, role):
         if batch_size % len(devices):
@@ -404,6 +638,27 @@ class Agent(embodied.Agent):
 
 def _islist(x):
     return isinstance(x, list)
+
+
+def _plain_spaces(spaces):
+    """The spaces with Python int shapes (an env may build them from numpy
+    integers, which modules take as other values than ints)."""
+    plain = {}
+    for key, space in spaces.items():
+        shape = tuple(int(x) for x in space.shape)
+        if shape != space.shape or not all(
+                type(x) is int for x in space.shape):
+            space = elements.Space(space.dtype, shape, space.low, space.high)
+        plain[key] = space
+    return plain
+
+
+def _cut(carry, rows, split):
+    """The first `rows` rows of a policy carry; a stacked carry cut with
+    `split` becomes per-row lists."""
+    if split:
+        return jax.tree.map(lambda xs: xs[:rows], carry, is_leaf=_islist)
+    return jax.tree.map(lambda x: x[:rows], carry)
 
 
 def treemap_numpy(tree):

@@ -28,6 +28,21 @@ LAYER_CALLBACK = lambda tensor, name: tensor
 f32 = jnp.float32
 
 
+def dims(value, what):
+    """A size or shape from a config value or a space's shape as Python ints
+    (numpy integers and integral floats such as 1e3 from YAML included), so
+    one spelling of a number gives one module and one trace."""
+    if isinstance(value, (tuple, list)):
+        return tuple(dims(x, what) for x in value)
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f'{what} must be an int, got {value!r}.')
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return int(value)
+    raise TypeError(f'{what} must be an int, got {value!r}.')
+
+
 def cast(xs, force=False):
     """Casts the floating leaves of `xs` (every leaf with `force`) to the
     compute dtype."""
@@ -215,8 +230,10 @@ class Initializer:
         self.scale = scale
 
     def __call__(self, shape, dtype=jnp.float32, fshape=None):
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        if not all(isinstance(x, int) and x > 0 for x in shape):
+        shape = dims(
+            tuple(shape) if isinstance(shape, (tuple, list)) else (shape,),
+            'Initializer shape')
+        if not all(x > 0 for x in shape):
             raise ValueError(
                 f'Initializer needs positive int dims, got {shape}.')
         fanin, fanout = self.compute_fans(shape if fshape is None else fshape)
@@ -308,7 +325,8 @@ class Linear(_Scaled, nj.Module):
     outscale: float = 1.0
 
     def __init__(self, units):
-        self.units = (units,) if isinstance(units, int) else tuple(units)
+        units = dims(units, 'Linear units')
+        self.units = units if isinstance(units, tuple) else (units,)
 
     def __call__(self, x):
         ensure_dtypes(x)
@@ -330,8 +348,8 @@ class BlockLinear(_Scaled, nj.Module):
     outscale: float = 1.0
 
     def __init__(self, units, blocks):
-        if not isinstance(units, int):
-            raise TypeError(f'BlockLinear units must be an int, got {units!r}.')
+        units = dims(units, 'BlockLinear units')
+        blocks = dims(blocks, 'BlockLinear blocks')
         if not (blocks <= units and units % blocks == 0):
             raise ValueError(
                 f'BlockLinear: {units} units do not split into {blocks} '
@@ -371,11 +389,10 @@ class Conv2D(_Scaled, nj.Module):
     outscale: float = 1.0
 
     def __init__(self, depth, kernel, stride=1):
-        self.depth = depth
-        if isinstance(kernel, int):
-            kernel = (kernel, kernel)
-        self.kernel = tuple(kernel)
-        self.stride = stride
+        self.depth = dims(depth, 'Conv2D depth')
+        kernel = dims(kernel, 'Conv2D kernel')
+        self.kernel = kernel if isinstance(kernel, tuple) else (kernel, kernel)
+        self.stride = dims(stride, 'Conv2D stride')
 
     def __call__(self, x):
         ensure_dtypes(x)
@@ -416,10 +433,10 @@ class Conv3D(nj.Module):
     binit: str | Callable = Initializer('zeros')
 
     def __init__(self, depth, kernel, stride=1):
-        self.depth = depth
-        triple = lambda v: (v,) * 3 if isinstance(v, int) else tuple(v)
-        self.kernel = triple(kernel)
-        self.stride = triple(stride)
+        self.depth = dims(depth, 'Conv3D depth')
+        triple = lambda v: v if isinstance(v, tuple) else (v,) * 3
+        self.kernel = triple(dims(kernel, 'Conv3D kernel'))
+        self.stride = triple(dims(stride, 'Conv3D stride'))
 
     def __call__(self, x):
         ensure_dtypes(x)

@@ -204,6 +204,13 @@ class Client(portal.Client):
             pass  # Socket is already closed.
 
 
+def wait_limit(timeout):
+    """How long a connect waits, for its progress reports."""
+    if timeout is None:
+        return 'no time limit: a role of this launch'
+    return f'giving up after {timeout} s, run.connect_timeout'
+
+
 def connect(addr, name, timeout=None, ipv6=None, report_every=None,
             **kwargs):
     """A connected `Client` for `addr`, or `Unreachable` after `timeout`
@@ -232,8 +239,8 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
                 f'{name}: no server at {addr} after {timeout} s '
                 f'(run.connect_timeout).')
         print(f'{name}: waiting for the server at {addr} for '
-              f'{time.monotonic() - start:.0f} s (giving up after '
-              f'{timeout} s, run.connect_timeout).', flush=True)
+              f'{time.monotonic() - start:.0f} s ({wait_limit(timeout)}).',
+              flush=True)
 
 
 def result(future, stop=None, timeout=None, poll=0.1, report_every=None,

@@ -25,7 +25,7 @@ from portal import utils as portal_utils
 
 from . import addresses
 from . import wire
-from .client import BadRequest, RemoteError, Unreachable
+from .client import BadRequest, RemoteError, Unreachable, wait_limit
 
 _HANDSHAKE = b'portal_handshake'
 _KEEPALIVE = (10, 10, 10)  # After, every, fails: portal's defaults.
@@ -64,8 +64,8 @@ class SyncClient:
             if next_report and now >= next_report:
                 next_report = now + report_every
                 print(f'{name}: waiting for the server at {addr} for '
-                      f'{now - start:.0f} s (giving up after {timeout} s, '
-                      f'run.connect_timeout).', flush=True)
+                      f'{now - start:.0f} s ({wait_limit(timeout)}'
+                      f').', flush=True)
             time.sleep(_CONNECT_WAIT)
 
     def call(self, method, *args, report_every=None, report=None):

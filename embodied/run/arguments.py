@@ -2,10 +2,12 @@
 
 The original's main.py builds `args` from its own `run` block, which lacks
 the keys this package adds (`run.from_checkpoint_regex`, `run.envs_per_worker`,
-`run.connect_timeout`, ...). Every runner entry point passes its `args`
-through `with_defaults`, so an `args` built the original's way works
-unchanged: what it lacks comes from the `defaults` block of
-`configs/defaults.yaml`, and what it holds is kept.
+`run.connect_timeout`, ...), and holds values that stand for others
+(`actor_batch: -1`). Every runner entry point passes its `args` through
+`normalize`, so an `args` built the original's way works unchanged, whichever
+entry point it reaches first: what it lacks comes from the `defaults` block of
+`configs/defaults.yaml`, what it holds is kept, and stand-in values are
+resolved.
 """
 
 import functools
@@ -13,6 +15,7 @@ import functools
 import elements
 
 from embodied import config as configlib
+from embodied.run import validation
 
 # Top-level config keys that `args` carries next to the `run` block; the
 # original passes all of them except `seed`. `logdir` has no default.
@@ -25,6 +28,36 @@ def from_config(config):
     """The `args` for the runners from a full config."""
     return elements.Config(
         **config.run, **{key: config[key] for key in GLOBALS})
+
+
+def normalize(args):
+    """`args` as every runner reads them: `with_defaults`, checked by
+    `validation.check_args` (a bad value raises `validation.BadValue`
+    naming the key), then the values that stand for others resolved
+    (`actor_batch` <= 0 becomes half the envs, at least 1, as in the
+    original). Idempotent, so each entry point may call it on what another
+    already normalized."""
+    args = with_defaults(args)
+    validation.check_args(args)
+    if args.actor_batch <= 0:
+        args = args.update(actor_batch=max(1, args.envs // 2))
+    return args
+
+
+def policy_calls(args, script):
+    """{policy mode: batch sizes} the runner of `script` calls the policy
+    with, for an agent to compile ahead: the actor's `actor_batch` in
+    `parallel`, the driver's env counts in the single-process scripts."""
+    args = normalize(args)
+    if script == 'parallel':
+        return {'train': [args.actor_batch]}
+    if script == 'train':
+        return {'train': [args.envs]}
+    if script == 'eval_only':
+        return {'eval': [args.envs]}
+    if script == 'train_eval':
+        return {'train': [args.envs], 'eval': [max(1, args.eval_envs)]}
+    return {}
 
 
 def with_defaults(args):

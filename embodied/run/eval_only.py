@@ -19,7 +19,7 @@ def eval_only(make_agent, make_env, make_logger, args):
     finished episodes are saved as GIFs in `logdir/videos`.
     The step count is saved under ckpt/eval so a rerun continues it, without
     touching the training checkpoints of the same logdir."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     agent = make_agent()
     logger = make_logger()
 

@@ -13,7 +13,7 @@ def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
     `args.duration` seconds; SIGTERM/SIGINT stop it early. Saves every
     `args.save_every` seconds and at the end; a rerun on the same logdir
     resumes agent, replay and step."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     agent = make_agent()
     replay = make_replay()
     logger = make_logger()

@@ -13,7 +13,7 @@ def train_eval(
     """Like `train`, and every `args.report_every` seconds runs
     `args.eval_eps` episodes in `args.eval_envs` eval envs (policy mode
     'eval'), whose data goes to the eval replay and `eval_episode/` metrics."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     agent = make_agent()
     replay_train = make_replay_train()
     replay_eval = make_replay_eval()

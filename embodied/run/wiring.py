@@ -70,12 +70,36 @@ def frame_limit(config, spaces):
     return int(max(MIN_MAX_FRAME, 4 * rows * step))
 
 
+# The roles whose `run.remote_*` flag says they run elsewhere.
+REMOTE_FLAGS = {'replay': 'remote_replay', 'actor': 'remote_envs'}
+
+
+def is_remote(args, role):
+    """Whether `role`'s server runs apart from this launch: flagged so
+    (`run.remote_replay`, `run.remote_envs`) or at an address naming a host
+    other than this one's loopback."""
+    if args.get(REMOTE_FLAGS.get(role, ''), False):
+        return True
+    host, _ = rpc.addresses.split(args[f'{role}_addr'])
+    return host not in ('', 'localhost', 'ip6-localhost', '127.0.0.1', '::1')
+
+
+def connect_timeout(args, role):
+    """Seconds to wait for `role`'s server: run.connect_timeout for a remote
+    role; None (no limit) for one this launch started, which may be slow to
+    come up on a busy machine or while the agent compiles, and whose death
+    the launcher notices on its own."""
+    return args.connect_timeout if is_remote(args, role) else None
+
+
 def connect(args, role, name, **kwargs):
-    """A client of `role`'s server; `Unreachable` after run.connect_timeout,
-    with a report every run.wait_report seconds while it waits."""
+    """A client of `role`'s server; `Unreachable` after run.connect_timeout
+    when the role is remote, with a report every run.wait_report seconds
+    while it waits."""
     return rpc.connect(
-        args[f'{role}_addr'], name, args.connect_timeout,
-        report_every=args.wait_report, handshake=handshake(args), **kwargs)
+        args[f'{role}_addr'], name, connect_timeout(args, role),
+        report_every=args.wait_report, handshake=handshake(args),
+        **kwargs)
 
 
 def prefix(metrics, name):

@@ -339,12 +339,13 @@ def test_image_observations_train(tmp_path):
 
 
 def test_large_integer_observation_is_read_as_a_number(tmp_path):
-    """The dummy env's `count` (int32, no upper bound) must not become a
-    one-hot input or a categorical output of 2^31 classes."""
-    config = mainlib.parse([
-        '--configs', 'debug', '--agent_impl', 'dreamerv3', '--task',
-        'dummy_disc', '--logdir', str(tmp_path)])
-    agent = mainlib.make_agent(config)
+    """An int32 observation with no upper bound (`count` here) must not
+    become a one-hot input or a categorical output of 2^31 classes."""
+    config = make_config(tmp_path)
+    from embodied.agents.dreamerv3 import Agent
+    agent = Agent(
+        {**OBS_SPACE, 'count': elements.Space(np.int32, (), 0)}, ACT_SPACE,
+        config)
     assert agent.obs_space['count'].dtype == np.int32
     sizes = {k: v.size for k, v in agent.save().items()}
     assert max(sizes.values()) < 1e6, max(sizes.items(), key=lambda x: x[1])
@@ -364,3 +365,55 @@ def test_large_integer_observation_is_read_as_a_number(tmp_path):
     batch['count'] = np.arange(T, dtype=np.int32)[None].repeat(B, 0) + 10 ** 6
     _, _, metrics = agent.train(agent.init_train(B), batch)
     assert np.isfinite(metrics['loss/count']) and metrics['loss/count'] > 0
+
+
+RACE = '''
+import tempfile, threading, traceback
+import tests.agents.test_dreamerv3 as t
+config = t.make_config(tempfile.mkdtemp())
+for attempt in range({attempts}):
+    try:
+        agent = t.make_agent(config)
+    except Exception:
+        print('BUILD FAILED', traceback.format_exc(limit=1), flush=True)
+        continue
+    barrier, errors = threading.Barrier(2), []
+    def actor():
+        carry = agent.init_policy(2)
+        barrier.wait()
+        try:
+            agent.policy(carry, t.make_obs(2))
+        except Exception as e:
+            errors.append(repr(e))
+    def learner():
+        carry = agent.init_train(config.batch_size)
+        report = agent.init_report(config.batch_size)
+        barrier.wait()
+        try:
+            agent.train(carry, t.make_batch(config))
+            agent.report(report, t.make_batch(config, config.report_length))
+        except Exception as e:
+            errors.append(repr(e))
+    threads = [threading.Thread(target=f) for f in (actor, learner)]
+    [x.start() for x in threads]
+    [x.join() for x in threads]
+    print('FAILED' if errors else 'OK', errors, flush=True)
+'''
+
+
+def test_fresh_agent_first_policy_and_train_at_once():
+    """The actor's first policy and the learner's first train and report,
+    released together on a fresh agent, as in the first moments of a
+    parallel run: ninjax's name scope is process-wide, so two traces at once
+    would corrupt each other (and every later trace in the process, hence a
+    process of its own)."""
+    attempts = 3
+    result = subprocess.run(
+        [sys.executable, '-c', RACE.format(attempts=attempts)],
+        cwd=ROOT, env=launch.env(), capture_output=True, text=True,
+        timeout=600)
+    lines = [
+        x for x in result.stdout.splitlines()
+        if x.startswith(('OK', 'FAILED', 'BUILD'))]
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert lines == ['OK []'] * attempts, '\n'.join(lines)

@@ -20,7 +20,21 @@ def test_dummy_spaces_and_obs_within_them(task):
     env = Dummy(task, size=(8, 6), length=5)
     assert env.obs_space['image'].shape == (8, 6, 3)
     assert env.obs_space['image'].dtype == np.uint8
-    assert env.obs_space['count'].dtype == np.int32
+    assert env.obs_space['count'].dtype == np.float32
+    # The original's keys, dtypes and shapes; every integer one bounded.
+    original = {
+        'image': (np.uint8, (8, 6, 3)), 'vector': (np.float32, (7,)),
+        'token': (np.int32, ()), 'count': (np.float32, ()),
+        'float2d': (np.float32, (4, 5)), 'int2d': (np.int32, (2, 3)),
+        'reward': (np.float32, ()), 'is_first': (bool, ()),
+        'is_last': (bool, ()), 'is_terminal': (bool, ())}
+    agent_keys = {k for k in env.obs_space if not k.startswith('log/')}
+    assert agent_keys == set(original)
+    for key, (dtype, shape) in original.items():
+        space = env.obs_space[key]
+        assert (space.dtype, space.shape) == (np.dtype(dtype), shape), key
+        if np.issubdtype(space.dtype, np.integer):
+            assert np.all(space.high < 1000), key
     assert set(env.act_space) == {'action', 'reset'}
     action = env.act_space['action']
     if task == 'disc':

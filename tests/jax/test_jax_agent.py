@@ -249,3 +249,101 @@ def test_bad_jax_config_gives_clear_error(key, value, error):
     with pytest.raises(error, match=key if key != 'platform' or
                        value == 'quantum' else '--jax.platform cpu'):
         ToyAgent(OBS, ACT, make_config(**{key: value}))
+
+
+class CountTraces:
+    """Counts JAX's traces and backend compiles while in the block (any
+    thread of the process)."""
+
+    EVENTS = {
+        '/jax/core/compile/jaxpr_trace_duration': 'traces',
+        '/jax/core/compile/backend_compile_duration': 'compiles'}
+
+    def __enter__(self):
+        self.counts = {'traces': 0, 'compiles': 0}
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self.counts
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+
+    def _listen(self, event, duration, **kwargs):
+        if event in self.EVENTS:
+            self.counts[self.EVENTS[event]] += 1
+
+
+def test_compiled_ahead_nothing_traces_for_any_policy_batch_size():
+    """Built with the learner's shapes and the actor's batch size, the agent
+    serves policy batches of every size up to it, and train and report,
+    without tracing or compiling anything more: partial batches are padded
+    to the compiled size."""
+    size = 5
+    config = elements.Config(
+        **make_config(), batch_size=4, batch_length=5, report_length=3,
+        policy_batches={'train': [size]})
+    agent = ToyAgent(OBS, ACT, config)
+    built = dict(agent.traces)
+    assert built['policy'] >= 1 and built['train'] >= 1, built
+    initial = agent.init_policy(size)
+    rows = [jax.tree.map(lambda x: x[i], initial) for i in range(size)]
+    with CountTraces() as counts:
+        for step in range(2):
+            for n in range(1, size + 1):
+                carry = jax.tree.map(lambda *xs: list(xs), *rows[:n])
+                carry, act, out = agent.policy(carry, make_obs(n, seed=n))
+                assert act['action'].shape == (n,)
+                assert out['logits'].shape == (n, 3)
+                assert len(carry['count']) == n
+                # Each row's carry went through one more call; padding rows
+                # never leak into the rows given.
+                for i in range(n):
+                    rows[i] = {'count': carry['count'][i]}
+        carry, act, _ = agent.policy(initial, make_obs(size))
+        assert act['action'].shape == (size,)
+        train_carry = agent.init_train(4)
+        train_carry, _, _ = agent.train(train_carry, make_batch(B=4, T=5))
+        agent.report(agent.init_report(4), make_batch(B=4, T=3))
+    assert dict(agent.traces) == built
+    assert counts == {'traces': 0, 'compiles': 0}, counts
+    # Row i took part in the calls with n > i: 2 * (size - i) of them.
+    expected = [2 * (size - i) for i in range(size)]
+    assert [int(r['count']) for r in rows] == expected
+
+
+def test_policy_seeds_unique_across_threads():
+    """Policy calls from several threads (run.actor_threads > 1) each draw
+    their own seed: the policy stream's count equals the calls made, and a
+    save taken meanwhile holds a consistent count."""
+    agent = ToyAgent(OBS, ACT, make_config())
+    start = agent.save()['rng/policy']
+    calls, threads = 50, 4
+
+    def actor():
+        carry = agent.init_policy(2)
+        for _ in range(calls):
+            carry, _, _ = agent.policy(carry, make_obs(2))
+            agent.save()
+
+    workers = [threading.Thread(target=actor) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert agent.save()['rng/policy'] == start + calls * threads
+
+
+def test_thread_contract_names_every_public_method():
+    """The thread contract heading embodied/jax/agent.py has a row for every
+    public method of the agent base, so a new method must state its threads
+    and lock."""
+    import inspect
+    from embodied.jax import agent as agentlib
+    table = agentlib.__doc__.split('Thread contract.')[1]
+    rows = set()
+    for line in table.splitlines():
+        first = line.strip().split('  ')[0]
+        rows.update(x.strip() for x in first.split(','))
+    public = {
+        name for name, value in vars(agentlib.Agent).items()
+        if not name.startswith('_') and callable(value)}
+    assert public <= rows, sorted(public - rows)

@@ -152,7 +152,7 @@ def backlog(args):
 def parallel_actor(agent, barrier, args):
     """Serves `act`: batches envs, runs the policy, replies, then sends the
     transitions to the replay and logger."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     link = link_of(barrier)
     try:
         link.barrier.wait()  # No data before the learner restored.

@@ -36,7 +36,7 @@ from embodied.run.wiring import prefix
 
 def parallel_agent(make_agent, args):
     """One agent shared by the actor and learner threads."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     agent = wiring.loads(make_agent)()
     link = AgentLink()
     link.bind_control = AgentControl(link, args).attach

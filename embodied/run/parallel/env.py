@@ -38,7 +38,7 @@ def parallel_envs(make_env, make_env_eval, args):
     """Runs all env workers of `args` (`run.envs_per_worker` envs each) until
     the actor tells them to stop, restarting crashed ones like `combined`
     does; for envs launched apart from `combined`."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     pool = envpool.EnvPool(
         specs(wiring.dumps(make_env), wiring.dumps(make_env_eval), args),
         args.env_restarts)
@@ -81,7 +81,7 @@ def worker_name(envids):
 
 def run_worker(make_env, envids, args, is_eval):
     """Steps the envs `envids` against the actor until it says stop."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     make_env = wiring.loads(make_env)
     name = worker_name(envids)
     envs = []
@@ -107,9 +107,10 @@ def run_worker(make_env, envids, args, is_eval):
         # The actor serves only once it reached the replay and logger, which
         # may take run.connect_timeout itself: wait twice as long, so that
         # the role that is really missing is the one named.
+        timeout = wiring.connect_timeout(args, 'actor')
         try:
             return rpc.SyncClient.connect(
-                args.actor_addr, name, 2 * args.connect_timeout,
+                args.actor_addr, name, timeout and 2 * timeout,
                 wiring.ipv6(args), report_every=args.wait_report,
                 handshake=wiring.handshake(args))
         except rpc.Unreachable as e:

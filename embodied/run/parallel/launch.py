@@ -46,6 +46,7 @@ from embodied.run import arguments
 from embodied.run import progress
 from embodied.run import saving
 from embodied.run import stopping
+from embodied.run import validation
 from embodied.run import wiring
 from embodied.run.parallel import env
 from embodied.run.parallel import envpool
@@ -74,13 +75,8 @@ def combined(
     Without the guard, the workers end at once with an error saying so.
     """
     _refuse_in_spawned_worker()
-    args = arguments.with_defaults(args)
-    if args.actor_batch <= 0:
-        args = args.update(actor_batch=max(1, args.envs // 2))
-    if args.actor_batch > args.envs:
-        raise ValueError(
-            f'run.actor_batch ({args.actor_batch}) cannot exceed run.envs '
-            f'({args.envs}): a policy batch would never fill.')
+    args = arguments.normalize(args)
+    validation.check_parallel(args)
     factories = dict(
         agent=make_agent, replay_train=make_replay_train,
         replay_eval=make_replay_eval, env_train=make_env_train,
@@ -288,22 +284,24 @@ class _Launch:
                 pass
 
     def _connect(self, start):
-        """Connects to every role; a role not up within run.connect_timeout
-        of the launch's `start` ends the run naming its address. (Counted
-        from the launch, not per role, so the launcher gives up before the
-        roles' own clients of the same address do.)"""
-        timeout = self.args.connect_timeout
-        next_report = start + self.args.wait_report
+        """Connects to every role. A remote role not up within
+        run.connect_timeout of when the launcher starts waiting for it ends
+        the run naming its address; a role this launch started has no limit
+        (`_check` ends the run if it dies), so a busy machine or a long
+        compile is no error."""
         for role in ('logger', 'replay', 'actor'):
+            timeout = wiring.connect_timeout(self.args, role)
             addr = self.args[f'{role}_addr']
             options = {'handshake': self.handshake} if self.handshake else {}
             client = rpc.Client(
                 rpc.addresses.client_addr(addr, wiring.ipv6(self.args)),
                 f'Launcher{role.title()}', logging=False, **options)
+            begin = time.monotonic()
+            next_report = begin + self.args.wait_report
             while not client.connect(0.2):
                 self._check()
                 now = time.monotonic()
-                if now - start > timeout:
+                if timeout is not None and now - begin > timeout:
                     client.close(1)
                     raise rpc.Unreachable(
                         f'The {role} at {addr} did not come up within '
@@ -311,8 +309,8 @@ class _Launch:
                 if now >= next_report:
                     next_report = now + self.args.wait_report
                     print(f'Launcher: waiting for the {role} at {addr} for '
-                          f'{now - start:.0f} s (giving up after {timeout} s, '
-                          f'run.connect_timeout).', flush=True)
+                          f'{now - begin:.0f} s '
+                          f'({rpc.client.wait_limit(timeout)}).', flush=True)
             self.clients[role] = client
 
     def _call(self, role, method, *args, timeout=None):

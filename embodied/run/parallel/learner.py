@@ -37,7 +37,7 @@ from embodied.run.wiring import prefix
 @elements.timer.section('learner')
 def parallel_learner(agent, barrier, args):
     """Trains on batches streamed from the replay until asked to stop."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     link = link_of(barrier)
     agg = elements.Agg()
     usage = elements.Usage(**args.usage)

@@ -137,7 +137,7 @@ class LoggerRole:
 def parallel_logger(make_logger, args):
     """Counts the global step (train env steps), aggregates episodes and
     writes metrics."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     logger = wiring.loads(make_logger)()
     role = LoggerRole(logger, args)
     role.checkpoint, tag = saving.resume_role(args, 'logger', step=role.step)

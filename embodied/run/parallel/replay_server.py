@@ -264,7 +264,7 @@ class ReplayRole:
 
 def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     """Serves the train and eval replays, enforcing the train ratio."""
-    args = arguments.with_defaults(args)
+    args = arguments.normalize(args)
     replay_train = wiring.loads(make_replay_train)()
     replay_eval = wiring.loads(make_replay_eval)()
     for replay in (replay_train, replay_eval):

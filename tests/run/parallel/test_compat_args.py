@@ -206,20 +206,38 @@ ROLES = {
 
 
 @pytest.mark.parametrize('role', sorted(ROLES))
-def test_parallel_role_passes_args_through_with_defaults(role, monkeypatch):
-    # PARALLEL ENTRY POINTS: each role hands its args to `with_defaults`
-    # before it reads any key.
+def test_parallel_role_passes_args_through_normalize(role, monkeypatch):
+    # PARALLEL ENTRY POINTS: each role hands its args to `normalize` before
+    # it reads any key, so calling any of them directly works.
     seen = []
 
     def spy(args):
         seen.append(args)
         raise Entered
 
-    monkeypatch.setattr(arguments, 'with_defaults', spy)
+    monkeypatch.setattr(arguments, 'normalize', spy)
     args = original_args(config_for('/tmp/unused'))
     with pytest.raises(Entered):
         ROLES[role](embodied.run.parallel, args)
     assert seen and seen[0] == args
+
+
+def test_normalize_resolves_the_original_actor_batch():
+    """The original's `run.actor_batch: -1` (half the envs) resolves in
+    `normalize`, which every entry point calls, not only in `combined`; a
+    second pass changes nothing."""
+    for envs, expected in ((16, 8), (4, 2), (1, 1)):
+        args = original_args(config_for(
+            '/tmp/unused', '--run.envs', str(envs), '--run.actor_batch',
+            '-1'))
+        assert args.actor_batch == -1
+        args = arguments.normalize(args)
+        assert args.actor_batch == expected
+        assert arguments.normalize(args) == args
+        assert arguments.policy_calls(args, 'parallel') == {
+            'train': [expected]}
+    args = original_args(config_for('/tmp/unused', '--run.actor_batch', '3'))
+    assert arguments.normalize(args).actor_batch == 3
 
 
 def test_original_clock_flags_are_known_keys():

@@ -362,15 +362,20 @@ def test_missing_from_checkpoint_is_named(tmp_path):
 def test_unreachable_remote_replay_ends_run_naming_address(tmp_path):
     from embodied.rpc import addresses
     port, = addresses.free_ports(1)
-    begin = time.monotonic()
     output = run_failing(
         tmp_path / 'run', *FAST, '--run.remote_replay', 'True',
         '--run.replay_addr', f'localhost:{port}',
         '--run.connect_timeout', '3', '--run.wait_report', '1')
-    assert time.monotonic() - begin < 60
-    assert f'The replay at localhost:{port} did not come up within 3' in (
-        output)
-    assert f'waiting for the replay at localhost:{port}' in output
+    # Whoever waited for the replay the full 3 s first ends the run, the
+    # launcher or one of the agent's clients; both name the address and
+    # reported while waiting. Local roles (the logger) have no time limit,
+    # so a busy machine that starts them slowly changes nothing.
+    port = re.escape(str(port))
+    assert re.search(
+        rf'The replay at localhost:{port} did not come up within 3 s|'
+        rf'no server at localhost:{port} after 3 s', output), output[-3000:]
+    assert re.search(
+        rf'waiting for the (replay|server) at localhost:{port}', output)
 
 
 def test_from_checkpoint_that_does_not_match_the_agent_is_named(tmp_path):
