@@ -176,9 +176,7 @@ def test_policy_keys_matching_nothing_is_an_error():
         Unmatched(OBS, ACT, make_config())
 
 
-def test_stream_is_the_source_and_train_takes_only_model_keys(agent):
-    source = iter([make_batch(seed=1)])
-    assert agent.stream(source) is source  # Never reads ahead.
+def test_train_takes_only_model_keys(agent):
     batch = make_batch(seed=1)
     assert 'name' in batch and 'log/ignored' in batch
     carry, _, metrics = agent.train(agent.init_train(len(batch['x'])), batch)

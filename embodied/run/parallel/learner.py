@@ -4,6 +4,8 @@
     while not stopped:
         batch = next(train stream)          # replay 'sample_batch_train'
         carry, outs, metrics = agent.train(carry, batch)
+        (previous update's outs and metrics, read now, after this update
+         was dispatched:)
         replay.update(outs['replay'])       # replay context, if any
         every run.report_every: agent.report on 'sample_batch_report'
                                 (and 'sample_batch_eval' with eval envs)
@@ -24,6 +26,7 @@ import elements
 
 import embodied
 from embodied.run import arguments
+from embodied.run import learning
 from embodied.run import saving
 from embodied.run import timing
 from embodied.run import wiring
@@ -86,6 +89,20 @@ def parallel_learner(agent, barrier, args):
     stream_eval = make_stream('eval') if args.eval_envs else None
     carry = agent.init_train(args.batch_size)
     updates = collections.deque()
+    pending = None  # The last update's (outs, metrics), read one update late.
+
+    def finish_update(outs, mets):
+        """Reads an update's results (waiting for the device if it is not
+        done) and sends its replay context back."""
+        start = time.monotonic()
+        with elements.timer.section('train_results'):
+            agg.add(mets)
+        link.learner['train_seconds'] += time.monotonic() - start
+        if 'replay' in outs:
+            with elements.timer.section('replay_update'):
+                updates.append(updater.update(outs['replay']))
+            while updates and updates[0].done():
+                updates.popleft().result()
 
     try:
         while not stop.is_set():
@@ -98,12 +115,9 @@ def parallel_learner(agent, barrier, args):
                 carry, outs, mets = agent.train(carry, batch)
             link.learner['train_seconds'] += time.monotonic() - start
             link.learner['train_steps'] += 1
-            if 'replay' in outs:
-                with elements.timer.section('replay_update'):
-                    updates.append(updater.update(outs['replay']))
-                while updates and updates[0].done():
-                    updates.popleft().result()
-            agg.add(mets)
+            if pending:
+                finish_update(*pending)
+            pending = (outs, mets)
             fps.step(batch_steps)
 
             if should_report(skip=not sources['report'].ready_soon()):
@@ -122,11 +136,15 @@ def parallel_learner(agent, barrier, args):
                 stats['fps/train'] = fps.result()
                 stats.update(timing.timer_metrics('timer/agent'))
                 stats.update(prefix(agg.result(), 'train'))
+                if hasattr(agent, 'policy_lag'):
+                    stats.update(agent.policy_lag())
                 stats.update(prefix(usage.stats(), 'usage/agent'))
                 for source, stream in sources.items():
                     stats.update(prefix(
                         stream.client.stats(), f'client/{source}'))
                 logger.add(stats)
+        if pending:
+            finish_update(*pending)
         final = agg.result()
         if final:
             logger.add(prefix(final, 'train')).result()
@@ -134,6 +152,8 @@ def parallel_learner(agent, barrier, args):
         link.learner_done.set()
         for client in (logger, updater):
             client.close(1)
+        for stream in (stream_train, stream_report, stream_eval):
+            learning.close_stream(stream)
         for stream in sources.values():
             stream.close()
     return 0
