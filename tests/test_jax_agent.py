@@ -1,6 +1,7 @@
 """The JAX agent base, on a toy model that compiles in moments."""
 
 import threading
+import time
 
 import elements
 import jax
@@ -247,3 +248,102 @@ def test_bad_jax_config_gives_clear_error(key, value, error):
     with pytest.raises(error, match=key if key != 'platform' or
                        value == 'quantum' else '--jax.platform cpu'):
         ToyAgent(OBS, ACT, make_config(**{key: value}))
+
+
+def test_stream_moves_batches_to_device_ahead_in_order():
+    agent = ToyAgent(OBS, ACT, make_config())
+    batches = [make_batch(seed=i) for i in range(3)]
+    taken = []
+
+    def source():
+        for batch in batches:
+            taken.append(True)
+            yield batch
+
+    stream = agent.stream(source())
+    first = next(stream)
+    assert set(first) == {'x', 'is_first', 'action', 'target', 'stepid'}
+    assert all(isinstance(v, jax.Array) for v in first.values())
+    deadline = time.monotonic() + 30
+    while len(taken) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)  # The thread reads ahead without being asked.
+    assert len(taken) == 3
+    # Every batch arrives once, in order, and the end after them.
+    rest = list(stream)
+    for got, want in zip([first, *rest], batches):
+        np.testing.assert_array_equal(np.asarray(got['x']), want['x'])
+    assert len(rest) == 2
+    carry = agent.init_train(4)
+    for batch in [first, *rest]:
+        carry, _, metrics = agent.train(carry, batch)
+    assert np.isfinite(metrics['loss'])
+
+
+def test_stream_blocked_on_the_replay_never_blocks_train():
+    agent = ToyAgent(OBS, ACT, make_config())
+    release = threading.Event()
+
+    def source():  # A replay whose rate limiter holds the second batch.
+        yield make_batch(seed=0)
+        release.wait()
+        yield make_batch(seed=1)
+
+    stream = agent.stream(source())
+    batch = next(stream)
+    carry = agent.init_train(4)
+    # The read-ahead thread now waits on the source; train, policy, save
+    # and report go on.
+    carry, _, metrics = agent.train(carry, batch)
+    carry, _, metrics = agent.train(carry, make_batch(seed=2))
+    agent.policy(agent.init_policy(4), make_obs())
+    agent.save()
+    agent.report(agent.init_report(4), batch)
+    assert np.isfinite(metrics['loss'])
+    release.set()
+    np.testing.assert_array_equal(
+        np.asarray(next(stream)['x']), make_batch(seed=1)['x'])
+    stream.close()
+
+
+def test_train_results_read_late_equal_results_read_at_once():
+    now = ToyAgent(OBS, ACT, make_config(seed=3))
+    late = ToyAgent(OBS, ACT, make_config(seed=3))
+    expected, results = [], []
+    carry_now, carry_late = now.init_train(4), late.init_train(4)
+    for i in range(5):
+        carry_now, outs, mets = now.train(carry_now, make_batch(seed=i))
+        expected.append((float(mets['loss']), outs['replay']['stepid']))
+        carry_late, outs, mets = late.train(carry_late, make_batch(seed=i))
+        assert isinstance(mets, embodied.jax.fetch.Fetched)
+        assert 'replay' in outs and 'loss' in mets and list(mets) == ['loss']
+        results.append((outs, mets))
+    for (loss, stepid), (outs, mets) in zip(expected, results):
+        assert float(mets['loss']) == loss
+        np.testing.assert_array_equal(outs['replay']['stepid'], stepid)
+        assert isinstance(outs.result()['replay']['stepid'], np.ndarray)
+
+
+def test_policy_swaps_in_offered_parameters_and_reports_lag():
+    agent = ToyAgent(OBS, ACT, make_config())
+    obs, carry = make_obs(), agent.init_policy(4)
+    assert agent.policy_lag() == {}
+    agent.policy(carry, obs)
+    assert agent.policy_lag() == {'policy_lag/mean': 0, 'policy_lag/max': 0}
+    train = agent.init_train(4)
+    train, _, _ = agent.train(train, make_batch(seed=0))
+    after_one = np.asarray(agent.save()['w/kernel'])
+    # The second update is not offered while the first copy waits.
+    train, _, _ = agent.train(train, make_batch(seed=1))
+    jax.block_until_ready(agent._policy_params)
+    np.testing.assert_array_equal(
+        np.asarray(agent._policy_params['w/kernel']), after_one)
+    for _ in range(2):
+        agent.policy(carry, obs)  # Acts with the first update's copy.
+    assert agent.policy_lag() == {'policy_lag/mean': 1, 'policy_lag/max': 1}
+    train, _, _ = agent.train(train, make_batch(seed=2))
+    jax.block_until_ready(agent._policy_params)
+    agent.policy(carry, obs)
+    np.testing.assert_array_equal(
+        np.asarray(agent._params.acting()['w/kernel']),
+        np.asarray(agent.save()['w/kernel']))
+    assert agent.policy_lag() == {'policy_lag/mean': 0, 'policy_lag/max': 0}

@@ -407,7 +407,7 @@ class Agent(embodied.Agent):
         replay bookkeeping) are left out; an ext_space key the replay does not
         provide is left out too. A batch from `stream()` is there already."""
         if isinstance(data, _OnDevice):
-            return data
+            return dict(data)  # A plain dict: jit takes no subclasses.
         needed = [*self.obs_space, *self.act_space]
         missing = [k for k in needed if k not in data]
         if missing:
