@@ -323,27 +323,58 @@ def test_train_results_read_late_equal_results_read_at_once():
         assert isinstance(outs.result()['replay']['stepid'], np.ndarray)
 
 
-def test_policy_swaps_in_offered_parameters_and_reports_lag():
+def test_policy_acts_with_the_newest_finished_parameters():
     agent = ToyAgent(OBS, ACT, make_config())
     obs, carry = make_obs(), agent.init_policy(4)
     assert agent.policy_lag() == {}
     agent.policy(carry, obs)
     assert agent.policy_lag() == {'policy_lag/mean': 0, 'policy_lag/max': 0}
     train = agent.init_train(4)
-    train, _, _ = agent.train(train, make_batch(seed=0))
-    after_one = np.asarray(agent.save()['w/kernel'])
-    # The second update is not offered while the first copy waits.
-    train, _, _ = agent.train(train, make_batch(seed=1))
-    jax.block_until_ready(agent._policy_params)
-    np.testing.assert_array_equal(
-        np.asarray(agent._policy_params['w/kernel']), after_one)
-    for _ in range(2):
-        agent.policy(carry, obs)  # Acts with the first update's copy.
-    assert agent.policy_lag() == {'policy_lag/mean': 1, 'policy_lag/max': 1}
-    train, _, _ = agent.train(train, make_batch(seed=2))
-    jax.block_until_ready(agent._policy_params)
-    agent.policy(carry, obs)
-    np.testing.assert_array_equal(
-        np.asarray(agent._params.acting()['w/kernel']),
-        np.asarray(agent.save()['w/kernel']))
+    for i in range(3):
+        train, _, _ = agent.train(train, make_batch(seed=i))
+        jax.block_until_ready(agent._policy_params)
+        agent.policy(carry, obs)
+        np.testing.assert_array_equal(
+            np.asarray(agent._params.acting()['w/kernel']),
+            agent.save()['w/kernel'])
     assert agent.policy_lag() == {'policy_lag/mean': 0, 'policy_lag/max': 0}
+    assert agent.policy_lag() == {}
+
+
+class FakeArray:
+    """Stands in for a device array whose copy the test finishes."""
+
+    def __init__(self, name):
+        self.name, self.done = name, False
+
+    def is_ready(self):
+        return self.done
+
+
+def test_params_handover_swaps_when_ready_and_counts_lag():
+    made = []
+
+    def make(name):
+        def fn():
+            made.append(name)
+            return {'w': FakeArray(name)}
+        return fn
+
+    params = embodied.jax.handover.PolicyParams({'w': FakeArray('v0')}, 0)
+    assert params.offer(make('v1'), 1)
+    assert not params.offer(make('v2'), 2)  # v1 is still being copied.
+    assert made == ['v1']
+    assert params.acting(2)['w'].name == 'v0'  # Never waits for v1.
+    params.newest()['w'].done = True
+    assert params.acting(3)['w'].name == 'v1'
+    assert params.lag() == {'policy_lag/mean': 2, 'policy_lag/max': 2}
+    # A finished copy the actor has not taken acts once a newer one comes.
+    assert params.offer(make('v4'), 4)
+    params.newest()['w'].done = True
+    assert params.offer(make('v5'), 5)
+    assert params.acting(5)['w'].name == 'v4'
+    assert params.acting(6)['w'].name == 'v4'
+    assert params.lag() == {'policy_lag/mean': 1.5, 'policy_lag/max': 2}
+    params.replace({'w': FakeArray('loaded')}, 6)
+    assert params.acting(6)['w'].name == 'loaded'  # Even before it is ready.
+    assert params.lag() == {'policy_lag/mean': 0, 'policy_lag/max': 0}

@@ -13,8 +13,10 @@ class PolicyParams:
     dispatches; nothing waits). The actor calls `acting()` at each policy
     call: it swaps in the offered copy once the device has finished it, and
     until then keeps acting with the previous one, so a policy call never
-    queues behind an update. While an offered copy waits to be taken, later
-    offers are skipped (no copies the actor would never use).
+    queues behind an update. While an offered copy is still being made,
+    later offers are skipped (at most one copy in flight); a finished copy
+    the actor has not taken yet becomes the acting one at the next offer, so
+    the acting parameters are never older than the newest finished copy.
 
     Versions count updates: `acting(latest)` records how many updates old
     the acting parameters are, summarised by `lag()` (as Sample Factory's
@@ -35,11 +37,16 @@ class PolicyParams:
             self._pending = None
 
     def offer(self, make_params, version):
-        """Offers `make_params()` unless an earlier offer is still waiting
-        (then `make_params` is not called). Returns whether it offered."""
+        """Offers `make_params()` unless an earlier offer is still being made
+        on the device (then `make_params` is not called). An earlier offer
+        that is ready but not yet taken acts from now on. Returns whether it
+        offered."""
         with self._lock:
             if self._pending is not None:
-                return False
+                if not _ready(self._pending[1]):
+                    return False
+                self._version, self._params = self._pending
+                self._pending = None
         params = make_params()
         with self._lock:
             self._pending = (version, params)
@@ -80,4 +87,4 @@ class PolicyParams:
 
 def _ready(tree):
     return all(
-        x.is_ready() for x in jax.tree.leaves(tree) if isinstance(x, jax.Array))
+        x.is_ready() for x in jax.tree.leaves(tree) if hasattr(x, 'is_ready'))
