@@ -378,3 +378,46 @@ def test_params_handover_swaps_when_ready_and_counts_lag():
     params.replace({'w': FakeArray('loaded')}, 6)
     assert params.acting(6)['w'].name == 'loaded'  # Even before it is ready.
     assert params.lag() == {'policy_lag/mean': 0, 'policy_lag/max': 0}
+
+
+CACHE_SCRIPT = '''
+import json, sys
+import elements, jax, numpy as np
+import embodied.jax
+hits = []
+jax.monitoring.register_event_listener(
+    lambda name, **kw: hits.append(name)
+    if name == '/jax/compilation_cache/cache_hits' else None)
+runtime = embodied.jax.setup(elements.Config(
+    platform='cpu', compute_dtype='auto', policy_devices=[0],
+    train_devices=[0], mock_devices=0, prealloc=False, jit=True,
+    debug=False, expect_devices=0))
+fn = jax.jit(lambda x: (x @ x.T).sum() * 3.5 + 12345.0)
+compiled = fn.lower(np.ones((7, 5), np.float32)).compile()  # ahead of time
+compiled(np.ones((7, 5), np.float32))
+print('RESULT', json.dumps({'hits': len(hits), 'dir': runtime.cache_dir}))
+'''
+
+
+def run_cache_script(cache):
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, EMBODIED_JAX_CACHE=cache, JAX_PLATFORMS='cpu')
+    result = subprocess.run(
+        [sys.executable, '-c', CACHE_SCRIPT], env=env, capture_output=True,
+        text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    line = [x for x in result.stdout.splitlines() if x.startswith('RESULT')]
+    return json.loads(line[-1].split(' ', 1)[1])
+
+
+def test_compilation_cache_serves_ahead_of_time_compiles(tmp_path):
+    cache = str(tmp_path / 'cache')
+    first = run_cache_script(cache)
+    assert first['dir'] == cache and any((tmp_path / 'cache').iterdir())
+    second = run_cache_script(cache)
+    assert second['hits'] > first['hits']  # The relaunch loads, not compiles.
+    off = run_cache_script('off')
+    assert off == {'hits': 0, 'dir': ''}
