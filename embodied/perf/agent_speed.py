@@ -13,7 +13,8 @@ of `--rounds` rounds so that other load on the machine hits all alike:
   `rssm.py`, unchanged (needs the checkout in $EMBODIED_ORIGINAL_DREAMERV3).
 - `original`: the original's own base and agent code (its `embodied` package
   from the checkout's work tree; needs its dependencies, e.g. `portal`,
-  `chex`, `einops`, importable).
+  `chex`, `einops`, and a JAX old enough for its positional `jax.jit`
+  calls; the reason is printed when it cannot run).
 - `--old REV`: also this base at git revision REV with our DreamerV3.
 
 Each measurement builds the agent at `--configs` (with `--jax.debug False`,
@@ -226,12 +227,28 @@ def original_base_problem(checkout):
         return f'{checkout} is not a work tree (its embodied package is needed)'
     env = dict(os.environ, PYTHONPATH=checkout)
     result = subprocess.run(
-        [sys.executable, '-c', 'import embodied, embodied.jax, dreamerv3.main'],
-        cwd=checkout, env=env, capture_output=True, text=True)
+        [sys.executable, '-c', ORIGINAL_CHECK], cwd=checkout, env=env,
+        capture_output=True, text=True)
     if result.returncode:
         return ('its embodied package does not import: ' +
                 result.stderr.strip().splitlines()[-1])
-    return ''
+    return result.stdout.strip()
+
+
+# The original's base passes jax.jit its shardings positionally
+# (embodied/jax/transform.py), which newer JAX versions refuse.
+ORIGINAL_CHECK = r'''
+import inspect
+import embodied, embodied.jax, dreamerv3.main
+import jax
+kinds = (inspect.Parameter.POSITIONAL_ONLY,
+         inspect.Parameter.POSITIONAL_OR_KEYWORD)
+params = inspect.signature(jax.jit).parameters.values()
+if sum(p.kind in kinds for p in params) < 5:
+    print(f'its base calls jax.jit(fun, in_shardings, out_shardings, ...) '
+          f'positionally, which jax {jax.__version__} (installed) refuses; '
+          f'it needs an older jax')
+'''
 
 
 def export(revision, path):
@@ -264,7 +281,8 @@ def measure(setup, flags, args):
 
 
 def render(results, flags, rounds):
-    """Per setup, the median over rounds of each measure; train steps/s and
+    """Per setup, the median over rounds of each measure and the best train
+    steps/s (the round least disturbed by other load); train steps/s and
     policy latency also relative to the first setup, as the median of the
     per-round ratios (each round measures all setups back to back)."""
     if not results:
@@ -279,8 +297,8 @@ def render(results, flags, rounds):
         f'{first["peak_kind"]}',
         '',
         '| setup | ' + ' | '.join(title for _, title, _ in COLUMNS) +
-        ' | steps/s vs first | policy p50 vs first |',
-        '|---' * (len(COLUMNS) + 3) + '|']
+        ' | best steps/s | steps/s vs first | policy p50 vs first |',
+        '|---' * (len(COLUMNS) + 4) + '|']
     base = results[names[0]]
     for name in names:
         rows = results[name]
@@ -288,6 +306,7 @@ def render(results, flags, rounds):
                  for key, _, fmt in COLUMNS]
         ratio = lambda key: statistics.median(
             n[key] / o[key] for o, n in zip(base, rows))
+        cells.append(f'{max(r["train_rate"] for r in rows):.2f}')
         cells.append(f'{ratio("train_rate"):.2f}x')
         cells.append(f'{ratio("policy_p50_ms"):.2f}x')
         lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
