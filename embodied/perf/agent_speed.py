@@ -26,7 +26,8 @@ one fixed batch and waited for at the end; `policy ms` the p50/p95 latency
 of `--policy_calls` policy calls on `--policy_batch` observations after the
 first (compiling) call, whose time is `policy compile s`. `peak mem` is the
 device's peak bytes in use where the device reports it (GPU), else the
-process's peak resident memory (CPU). A setup that cannot run here is
+process's peak resident memory (CPU); `cache MiB` what its compiles left in
+the persistent compilation cache (fresh for every measurement). A setup that cannot run here is
 reported with the reason and skipped.
 """
 
@@ -143,6 +144,7 @@ COLUMNS = (
     ('first_train', 'first train s', '{:.1f}'),
     ('policy_compile', 'policy compile s', '{:.1f}'),
     ('peak_gb', 'peak mem GiB', '{:.2f}'),
+    ('cache_mb', 'cache MiB', '{:.1f}'),
 )
 
 
@@ -179,7 +181,7 @@ def main(argv=None):
         for index in range(args.rounds):
             for name, setup in setups.items():
                 try:
-                    result = measure(setup, flags, args)
+                    result = measure(setup, flags, args, tmp)
                 except RuntimeError as e:
                     print(f'{name} failed:\n{e}', flush=True)
                     continue
@@ -260,11 +262,13 @@ def export(revision, path):
     return path
 
 
-def measure(setup, flags, args):
+def measure(setup, flags, args, scratch):
     paths, kind, agent_flags = setup
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     # Compile from scratch every time: no persistent cache from earlier runs.
-    env['EMBODIED_JAX_CACHE'] = tempfile.mkdtemp(prefix='agent_speed_cache_')
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=scratch))
+    env['EMBODIED_JAX_CACHE'] = str(tmp / 'cache')
+    env['TMPDIR'] = str(tmp)  # The worker's logdir.
     if '--jax.platform' in flags and flags[flags.index('--jax.platform') + 1] == 'cpu':
         env['JAX_PLATFORMS'] = 'cpu'
     payload = json.dumps([
@@ -277,7 +281,11 @@ def measure(setup, flags, args):
     if result.returncode or not lines:
         raise RuntimeError(
             f'exit {result.returncode}:\n{result.stderr[-3000:]}')
-    return json.loads(lines[-1][len('RESULT '):])
+    measured = json.loads(lines[-1][len('RESULT '):])
+    files = [f for f in (tmp / 'cache').rglob('*') if f.is_file()]
+    measured['cache_mb'] = sum(f.stat().st_size for f in files) / 2 ** 20
+    shutil.rmtree(tmp, ignore_errors=True)
+    return measured
 
 
 def render(results, flags, rounds):
