@@ -136,5 +136,9 @@ def test_trains_under_script(tmp_path, script, flags):
     trained = [r for r in records if 'train/loss/value' in r]
     assert trained, output[-4000:]
     assert all(np.isfinite(r['train/loss/value']) for r in trained)
+    # How many updates old the acting parameters were, per log interval.
+    lags = [r for r in records if 'policy_lag/max' in r]
+    assert lags, output[-4000:]
+    assert all(0 <= r['policy_lag/mean'] <= r['policy_lag/max'] for r in lags)
     assert max(r['step'] for r in records) >= 400
     assert (logdir / 'ckpt').exists()

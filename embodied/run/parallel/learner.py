@@ -104,6 +104,9 @@ def parallel_learner(agent, barrier, args):
             while updates and updates[0].done():
                 updates.popleft().result()
 
+    def policy_lag():
+        return agent.policy_lag() if hasattr(agent, 'policy_lag') else {}
+
     try:
         while not stop.is_set():
             with elements.timer.section('batch_next'):
@@ -136,8 +139,7 @@ def parallel_learner(agent, barrier, args):
                 stats['fps/train'] = fps.result()
                 stats.update(timing.timer_metrics('timer/agent'))
                 stats.update(prefix(agg.result(), 'train'))
-                if hasattr(agent, 'policy_lag'):
-                    stats.update(agent.policy_lag())
+                stats.update(policy_lag())
                 stats.update(prefix(usage.stats(), 'usage/agent'))
                 for source, stream in sources.items():
                     stats.update(prefix(
@@ -145,9 +147,9 @@ def parallel_learner(agent, barrier, args):
                 logger.add(stats)
         if pending:
             finish_update(*pending)
-        final = agg.result()
+        final = {**prefix(agg.result(), 'train'), **policy_lag()}
         if final:
-            logger.add(prefix(final, 'train')).result()
+            logger.add(final).result()
     finally:
         link.learner_done.set()
         for client in (logger, updater):
