@@ -150,7 +150,7 @@ COLUMNS = (
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--configs', default='debug')
+    parser.add_argument('--configs', nargs='+', default=['debug'])
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--train_steps', type=int, default=50)
     parser.add_argument('--policy_calls', type=int, default=200)
@@ -168,7 +168,7 @@ def main(argv=None):
     platform = args.platform or (
         'cuda' if shutil.which('nvidia-smi') else 'cpu')
     flags = [
-        '--configs', *args.configs.split(), '--jax.debug', 'False',
+        '--configs', *args.configs, '--jax.debug', 'False',
         '--jax.platform', platform, *[x for x in extra if x != '--']]
     with tempfile.TemporaryDirectory() as tmp:
         setups, skipped = make_setups(args, pathlib.Path(tmp), platform)

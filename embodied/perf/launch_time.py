@@ -43,13 +43,13 @@ main.main(sys.argv[2:])
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--configs', default='debug')
+    parser.add_argument('--configs', nargs='+', default=['debug'])
     parser.add_argument('--launches', type=int, default=2)
     parser.add_argument('--no_cache', action='store_true',
                         help='also launch with the cache turned off')
     args, extra = parser.parse_known_args(argv)
     flags = [
-        '--script', 'train', '--configs', *args.configs.split(),
+        '--script', 'train', '--configs', *args.configs,
         '--run.log_every', '1e9', *[x for x in extra if x != '--']]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
