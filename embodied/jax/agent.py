@@ -22,8 +22,17 @@ instance of this base that holds the model as `.model`), with the batched
 `batch_size`, `batch_length` and `replay_context`.
 
 The parameters live on the train devices and `train` updates them in place
-(donated). The policy reads its own copy on the policy devices; after each
-update the learner publishes a fresh copy.
+(donated). The policy reads its own copy on the policy devices: the learner
+offers a fresh copy after an update and the actor swaps it in at a policy
+call once the device has made it (`handover.PolicyParams`), so one learner
+thread (train, report, save, load) and actor threads (policy) may share an
+agent and neither waits for the other.
+
+The learner's path has no host round trip per update: `stream()` moves
+batches to the train devices ahead of time in a background thread, and
+`train()` returns its outputs and metrics as `fetch.Fetched` mappings whose
+copy to the host runs in the background; the runners read them one update
+later, after dispatching the next update.
 
 Compiling ahead. Building the agent (with `jax.precompile`, the default)
 lowers and compiles `init_train`, `init_report`, `train` (batch_size x
@@ -45,21 +54,23 @@ the column "traces" says when a method can still trace (and take it).
     --------------  --------------------------  ------------  ---------------
     init_policy     any thread (actor threads,  seed          a new size
                     the driver)
-    policy          any number of threads at    seed          a size above
+    policy          any number of threads at    seed, params  a size above
                     once (run.actor_threads)                  all compiled
                                                               or a new mode
     init_train,     one learner thread          state, seed   a new size
     init_report
     train, report   one learner thread          state, seed   new shapes
     stream          the learner thread          none          no
+    policy_lag      the learner thread          params        no
     save            any thread (the actor's     state, seed   no
                     server thread in parallel)
     load            the learner, before the     state, seed   no
                     actor acts (link barrier)
 
 The seed lock makes every call draw its own random seed; the state lock
-keeps `train`, `report`, `save` and `load` from interleaving. `policy` reads
-the published parameters as one reference and never waits for `train`.
+keeps `train`, `report`, `save` and `load` from interleaving. `policy` takes
+the acting parameters from `handover.PolicyParams` (its own params lock)
+and never waits for `train`.
 Construction is not thread-safe: build the agent before starting threads.
 """
 
@@ -79,6 +90,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import embodied
 
+from . import fetch
+from . import handover
 from . import runtime as runtimelib
 
 SEED_STREAMS = ('init', 'policy', 'train', 'report')
@@ -109,6 +122,12 @@ class Agent(embodied.Agent):
     #: Regex (`re.search`) over parameter names such as 'enc/linear0/kernel':
     #: the parameters `policy()` reads.
     policy_keys = '.*'
+
+    #: Batches `stream()` moves to the train devices ahead of the learner.
+    prefetch = 2
+
+    _params = None  # handover.PolicyParams, made by the first publication
+    _updates = 0  # train() calls so far: the version of the parameters
 
     def __new__(cls, obs_space, act_space, config):
         if cls is Agent:
@@ -152,7 +171,7 @@ class Agent(embodied.Agent):
 
     def _init_policy_carry(self, batch_size):
         carry = self._jit_init_policy(
-            self._policy_params, self._seed('init'), batch_size)
+            self._params.acting(), self._seed('init'), batch_size)
         return jax.device_put(carry, self._policy_batch)
 
     def init_train(self, batch_size):
@@ -181,15 +200,15 @@ class Agent(embodied.Agent):
         obs = self._prepare_obs(obs, rows, size)
         carry = self._pad_carry(carry, rows, size, split)
         carry, act, out = self._jit_policy(
-            self._policy_params, carry, obs, self._seed('policy'),
-            mode=mode, split=split)
+            self._params.acting(self._updates), carry, obs,
+            self._seed('policy'), mode=mode, split=split)
         if size != rows:
             carry = _cut(carry, rows, split)
         act, out = jax.device_get((act, out))
         act = {
             k: np.asarray(v[:rows], self.act_space[k].dtype)
             for k, v in act.items()}
-        out = treemap_numpy(out)
+        out = fetch.to_numpy(out)
         if size != rows:
             out = jax.tree.map(lambda x: x[:rows], out)
         finite = out.pop('finite', None)
@@ -202,16 +221,18 @@ class Agent(embodied.Agent):
         return carry, act, out
 
     def train(self, carry, data):
+        """One update. Returns at once, before the device has finished it:
+        `outs` and `metrics` are `fetch.Fetched` mappings that wait for the
+        update when first read, so a caller that reads them after its next
+        `train()` call keeps the device busy."""
         data = self._prepare_batch(data, 'train')
         with self._state_lock:
             state, carry, outs, metrics = self._jit_train(
                 self._state, carry, data, self._seed('train'))
             self._state = state
-            # Fetching the results waits for the update to finish; only then
-            # are the new parameters published. Published earlier, they would
-            # make the policy wait for the whole update.
-            outs, metrics = treemap_numpy((outs, metrics))
+            self._updates += 1
             self._publish_policy_params()
+        outs, metrics = fetch.Fetched(outs), fetch.Fetched(metrics)
         self._check_finite(metrics, 'train')
         return carry, outs, metrics
 
@@ -220,16 +241,31 @@ class Agent(embodied.Agent):
         with self._state_lock:
             carry, metrics = self._jit_report(
                 self._state, carry, data, self._seed('report'))
-        metrics = treemap_numpy(metrics)
+        metrics = fetch.to_numpy(metrics)
         self._check_finite(metrics, 'report')
         return carry, metrics
 
     def stream(self, st):
-        """The stream of replay batches, unchanged: `train` and `report` move
-        each batch to the train devices with only the keys the model
-        consumes (reading ahead could block on the replay's rate limiter,
-        which only the caller's own progress releases)."""
-        return st
+        """The batches of `st`, moved to the train devices (only the keys the
+        model consumes) up to `prefetch` batches ahead by a background thread.
+
+        Reading ahead cannot deadlock on the replay's rate limiter: the
+        thread takes batches in the order the learner would, so the learner
+        waits for a batch only where it would have waited for the replay
+        anyway, and `train()` never waits for the thread. At the end of `st`
+        (or a stop), the batches read ahead are delivered before
+        StopIteration. Up to `prefetch` sampled batches go untrained when the
+        learner stops first; `close()` the returned stream then."""
+        return embodied.streams.Prefetch(
+            st, self._batch_to_device, amount=self.prefetch)
+
+    def policy_lag(self):
+        """How many updates old the parameters were that the policy acted
+        with, over the policy calls since the last call: {'policy_lag/mean',
+        'policy_lag/max'}, or {} without policy calls."""
+        if self._params is None:
+            return {}
+        return self._params.lag()
 
     # Checkpoints
 
@@ -275,7 +311,7 @@ class Agent(embodied.Agent):
             state = {**self._state, **jax.device_put(
                 values, self._train_replicated)}
             self._state = state
-            self._publish_policy_params()
+            self._publish_policy_params(replace=True)
 
     # Construction
 
@@ -551,14 +587,33 @@ class Agent(embodied.Agent):
                 f'{method}() called on an agent built with jax.enable_policy '
                 'False (a train-only agent).')
 
-    def _publish_policy_params(self):
-        """Copies the policy's parameters to the policy devices (a real copy:
-        the train state is donated to the next update)."""
+    def _publish_policy_params(self, replace=False):
+        """Offers the actor a copy of the policy's parameters on the policy
+        devices (a real copy: the train state is donated to the next update),
+        dispatched without waiting. With `replace` (after a load), the copy
+        acts from the next policy call on."""
         if not self.runtime.enable_policy:
             return
-        params = {k: self._state[k] for k in self._policy_names}
-        self._policy_params = jax.device_put(
-            params, self._policy_replicated, may_alias=False)
+
+        def copy():
+            params = {k: self._state[k] for k in self._policy_names}
+            return jax.device_put(
+                params, self._policy_replicated, may_alias=False)
+
+        if self._params is None:
+            self._params = handover.PolicyParams(copy(), self._updates)
+        elif replace:
+            self._params.replace(copy(), self._updates)
+        else:
+            self._params.offer(copy, self._updates)
+
+    @property
+    def _policy_params(self):
+        """The newest published policy parameters (for inspection)."""
+        return self._params.newest()
+
+    def _batch_to_device(self, data):
+        return _OnDevice(self._prepare_batch(data, 'stream'))
 
     def _prepare_obs(self, obs, rows, size):
         """The observations on the policy devices, padded from `rows` to
@@ -584,7 +639,9 @@ class Agent(embodied.Agent):
         """The batch's keys that the model declared (observations, actions,
         ext_space), moved to the train devices. Extra keys (log/..., strings,
         replay bookkeeping) are left out; an ext_space key the replay does not
-        provide is left out too."""
+        provide is left out too. A batch from `stream()` is there already."""
+        if isinstance(data, _OnDevice):
+            return dict(data)  # A plain dict: jit takes no subclasses.
         needed = [*self.obs_space, *self.act_space]
         missing = [k for k in needed if k not in data]
         if missing:
@@ -661,10 +718,6 @@ def _cut(carry, rows, split):
     return jax.tree.map(lambda x: x[:rows], carry)
 
 
-def treemap_numpy(tree):
-    """Device arrays to numpy; bfloat16 becomes float32 (loggers and the
-    replay cannot take bfloat16)."""
-    def convert(x):
-        x = np.asarray(x)
-        return x.astype(np.float32) if x.dtype == jnp.bfloat16 else x
-    return jax.tree.map(convert, jax.device_get(tree))
+class _OnDevice(dict):
+    """A batch `stream()` moved to the train devices already."""
+

@@ -7,12 +7,16 @@ returns a `Runtime` that says which devices the policy and the learner use.
 """
 
 import dataclasses
+import importlib.util
 import os
 import pathlib
 import threading
 
 PLATFORMS = ('auto', 'cpu', 'cuda', 'gpu', 'tpu')
 DTYPES = ('auto', 'float32', 'bfloat16')  # float16 would need loss scaling
+
+CACHE_OFF = 'off'  # $EMBODIED_JAX_CACHE value that turns the cache off
+CACHE_GB = 4  # default bound of the cache folder
 
 _lock = threading.Lock()
 _applied = {}
@@ -160,14 +164,23 @@ def _enable_cache(jax, logdir):
     """A persistent compilation cache shared by runs and tests.
 
     $EMBODIED_JAX_CACHE, else ~/.cache/embodied/jax (else the logdir when the
-    home folder cannot be written). Reruns load compiled programs from it.
+    home folder cannot be written); `off` turns it off. It holds every
+    program this process compiles, lazily jitted or lowered and compiled
+    ahead of time, so reruns load them instead of compiling. Where the
+    `filelock` package is installed, the least recently used entries go once
+    it holds more than $EMBODIED_JAX_CACHE_GB (default 4) GiB; without it
+    JAX cannot evict and the folder grows until deleted.
     """
     current = jax.config.jax_compilation_cache_dir
     if current:
         return current
+    setting = os.environ.get('EMBODIED_JAX_CACHE', '')
+    if setting.lower() == CACHE_OFF:
+        jax.config.update('jax_enable_compilation_cache', False)
+        return ''
     candidates = []
-    if os.environ.get('EMBODIED_JAX_CACHE'):
-        candidates.append(os.environ['EMBODIED_JAX_CACHE'])
+    if setting:
+        candidates.append(setting)
     candidates.append(str(pathlib.Path('~/.cache/embodied/jax').expanduser()))
     if logdir and '://' not in str(logdir):
         candidates.append(str(pathlib.Path(str(logdir)).expanduser() / 'jaxcache'))
@@ -179,5 +192,18 @@ def _enable_cache(jax, logdir):
         jax.config.update('jax_compilation_cache_dir', path)
         jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
         jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+        if importlib.util.find_spec('filelock'):  # JAX evicts only with it
+            jax.config.update(
+                'jax_compilation_cache_max_size', _cache_bytes())
         return path
     return ''
+
+
+def _cache_bytes():
+    value = os.environ.get('EMBODIED_JAX_CACHE_GB', str(CACHE_GB))
+    try:
+        gigabytes = float(value)
+    except ValueError:
+        raise ValueError(
+            f"EMBODIED_JAX_CACHE_GB must be a number of GiB, not '{value}'.")
+    return int(gigabytes * 2 ** 30) if gigabytes > 0 else -1

@@ -1,44 +1,77 @@
-"""Agent speed of two source trees: DreamerV3 train steps/s and policy latency.
+"""DreamerV3 agent speed: train steps/s, policy latency, compile time and
+peak memory of agent bases and agent codes, side by side.
 
-    python -m embodied.perf.agent_speed                    # ebfdc8b vs this tree
-    python -m embodied.perf.agent_speed --old REV --rounds 5 --configs debug
+    python -m embodied.perf.agent_speed --configs debug
+    EMBODIED_ORIGINAL_DREAMERV3=/path/to/dreamerv3 \\
+        python -m embodied.perf.agent_speed --configs atari size12m --rounds 3
 
-Exports the `--old` git revision (by default the last commit on the previous
-JAX agent base) with `git archive` and measures it and this working tree (or
-the `--new` revision) in
-fresh subprocesses, alternating old and new for `--rounds` rounds so that
-load on the machine hits both alike. Each measurement builds the agent with
-`embodied.main.make_agent` at `--configs` (default `debug`, with
-`--jax.debug False` so XLA optimizes as in a real run), compiles, then times
-`--train_steps` train calls on a fixed batch and `--policy_calls` policy
-calls on a batch of `run.actor_batch` (at least 1) observations. The table
-shows the median and the best round per tree and new/old (the median of the
-per-round ratios, and the ratio of the bests).
+Setups, each measured in a fresh subprocess, alternating setups within each
+of `--rounds` rounds so that other load on the machine hits all alike:
+
+- `ours`: this package's base (`embodied.jax.Agent`) with our DreamerV3.
+- `ours+orig agent`: this base with the original's `dreamerv3/agent.py` and
+  `rssm.py`, unchanged (needs the checkout in $EMBODIED_ORIGINAL_DREAMERV3).
+- `original`: the original's own base and agent code (its `embodied` package
+  from the checkout's work tree; needs its dependencies, e.g. `portal`,
+  `chex`, `einops`, and a JAX old enough for its positional `jax.jit`
+  calls; the reason is printed when it cannot run).
+- `--old REV`: also this base at git revision REV with our DreamerV3.
+
+Each measurement builds the agent at `--configs` (with `--jax.debug False`,
+so XLA optimizes as in a real run), then: `build s` is the constructor (the
+base initialises the parameters there), `first train s` the first update
+including its compile, waited for; `train steps/s` is `--train_steps`
+updates after two warm-up updates, fed by the agent's own `stream()` over
+one fixed batch and waited for at the end; `policy ms` the p50/p95 latency
+of `--policy_calls` policy calls on `--policy_batch` observations after the
+first (compiling) call, whose time is `policy compile s`. `peak mem` is the
+device's peak bytes in use where the device reports it (GPU), else the
+process's peak resident memory (CPU); `cache MiB` what its compiles left in
+the persistent compilation cache (fresh for every measurement). A setup that cannot run here is
+reported with the reason and skipped.
 """
 
 import argparse
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 
+from embodied.perf import original
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
-OLD_BASE = 'ebfdc8b'
 
-# Runs in the measured tree (PYTHONPATH points at it), so it may only use what
-# both the old and the new `embodied` have.
+# Runs in the measured tree (PYTHONPATH points at it). It uses only what every
+# base has: the original's and ours, old and new.
 WORKER = r'''
-import json, sys, tempfile, time
+import json, resource, sys, tempfile, time
 import numpy as np
-from embodied import main as mainlib
 
-flags, train_steps, policy_calls = json.loads(sys.argv[1])
-config = mainlib.parse([
-    '--agent_impl', 'dreamerv3', '--logdir', tempfile.mkdtemp(), *flags])
-agent = mainlib.make_agent(config)
+setup, flags, train_steps, policy_calls, policy_batch = json.loads(sys.argv[1])
+logdir = tempfile.mkdtemp()
+start = time.perf_counter()
+if setup == 'original':
+    import elements, ruamel.yaml as yaml
+    from dreamerv3 import main as origmain
+    folder = elements.Path(origmain.__file__).parent
+    configs = yaml.YAML(typ='safe').load((folder / 'configs.yaml').read())
+    parsed, other = elements.Flags(configs=['defaults']).parse_known(flags)
+    config = elements.Config(configs['defaults'])
+    for name in parsed.configs:
+        config = config.update(configs[name])
+    config = elements.Flags(config).parse(other).update(logdir=logdir)
+    agent = origmain.make_agent(config)
+else:
+    from embodied import main as mainlib
+    config = mainlib.parse(['--logdir', logdir, *flags])
+    agent = mainlib.make_agent(config)
+build = time.perf_counter() - start
+
+import jax
 rng = np.random.default_rng(0)
 
 def sample(space, shape):
@@ -47,26 +80,38 @@ def sample(space, shape):
             space.dtype)
     return rng.normal(size=shape + space.shape).astype(space.dtype)
 
-spaces = {**agent.obs_space, **agent.act_space, **agent.ext_space}
 B, T = config.batch_size, config.batch_length + config.replay_context
-batch = {k: sample(v, (B, T)) for k, v in spaces.items()}
+batch = {k: sample(v, (B, T)) for k, v in agent.spaces.items()}
 for key in ('is_first', 'is_last', 'is_terminal'):
     batch[key] = np.zeros((B, T), bool)
+if 'consec' in batch:
+    batch['consec'] = np.zeros((B, T), np.int32)
 
+def batches():
+    while True:
+        yield dict(batch)
+
+stream = iter(agent.stream(batches()))
 carry = agent.init_train(B)
 start = time.perf_counter()
-for _ in range(3):
-    carry, _, _ = agent.train(carry, batch)
-compile_train = time.perf_counter() - start
+carry, _, _ = agent.train(carry, next(stream))
+jax.block_until_ready(carry)
+first_train = time.perf_counter() - start
+for _ in range(2):
+    carry, _, _ = agent.train(carry, next(stream))
+jax.block_until_ready(carry)
 start = time.perf_counter()
 for _ in range(train_steps):
-    carry, _, _ = agent.train(carry, batch)
+    carry, _, _ = agent.train(carry, next(stream))
+jax.block_until_ready(carry)
 train_rate = train_steps / (time.perf_counter() - start)
 
-N = max(1, int(config.run.actor_batch))
-obs = {k: sample(v, (N,)) for k, v in agent.obs_space.items()}
-obs['is_first'] = np.zeros(N, bool)
-carry = agent.init_policy(N)
+obs = {k: sample(v, (policy_batch,)) for k, v in agent.obs_space.items()}
+obs['is_first'] = np.zeros(policy_batch, bool)
+carry = agent.init_policy(policy_batch)
+start = time.perf_counter()
+carry, _, _ = agent.policy(carry, obs)
+policy_compile = time.perf_counter() - start
 for _ in range(3):
     carry, _, _ = agent.policy(carry, obs)
 latencies = []
@@ -74,51 +119,138 @@ for _ in range(policy_calls):
     start = time.perf_counter()
     carry, act, _ = agent.policy(carry, obs)
     latencies.append(time.perf_counter() - start)
+
+stats = jax.local_devices()[0].memory_stats() or {}
+if 'peak_bytes_in_use' in stats:
+    peak, peak_kind = stats['peak_bytes_in_use'], 'device'
+else:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak_kind = 'process RSS'
 print('RESULT ' + json.dumps(dict(
-    train_rate=train_rate, compile_train=compile_train,
-    policy_ms=1000 * float(np.median(latencies)),
-    policy_p90_ms=1000 * float(np.percentile(latencies, 90)),
-    actor_batch=N, batch=[B, T])))
+    build=build, first_train=first_train, train_rate=train_rate,
+    policy_compile=policy_compile,
+    policy_p50_ms=1000 * float(np.percentile(latencies, 50)),
+    policy_p95_ms=1000 * float(np.percentile(latencies, 95)),
+    peak_gb=peak / 2 ** 30, peak_kind=peak_kind,
+    device=str(jax.local_devices()[0].device_kind), batch=[B, T],
+    policy_batch=policy_batch)))
 '''
+
+COLUMNS = (
+    ('train_rate', 'train steps/s', '{:.2f}'),
+    ('policy_p50_ms', 'policy p50 ms', '{:.2f}'),
+    ('policy_p95_ms', 'policy p95 ms', '{:.2f}'),
+    ('build', 'build s', '{:.1f}'),
+    ('first_train', 'first train s', '{:.1f}'),
+    ('policy_compile', 'policy compile s', '{:.1f}'),
+    ('peak_gb', 'peak mem GiB', '{:.2f}'),
+    ('cache_mb', 'cache MiB', '{:.1f}'),
+)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--old', default=OLD_BASE,
-                        help='git revision of the old tree')
-    parser.add_argument('--new', default='',
-                        help='git revision of the new tree (default: this '
-                             'working tree)')
+    parser.add_argument('--configs', nargs='+', default=['debug'])
     parser.add_argument('--rounds', type=int, default=3)
-    parser.add_argument('--train_steps', type=int, default=100)
-    parser.add_argument('--policy_calls', type=int, default=300)
-    parser.add_argument('--configs', default='debug')
+    parser.add_argument('--train_steps', type=int, default=50)
+    parser.add_argument('--policy_calls', type=int, default=200)
+    parser.add_argument('--policy_batch', type=int, default=16)
+    parser.add_argument('--platform', default='',
+                        help="jax.platform for every setup (default: 'cuda' "
+                             "where nvidia-smi exists, else 'cpu')")
+    parser.add_argument('--old', default='',
+                        help='also measure this base at this git revision')
+    parser.add_argument('--setups', default='',
+                        help='comma-separated subset of the setups to run')
     parser.add_argument('--markdown', default='',
                         help='also write the table to this file')
     args, extra = parser.parse_known_args(argv)
+    platform = args.platform or (
+        'cuda' if shutil.which('nvidia-smi') else 'cpu')
     flags = [
-        '--configs', *args.configs.split(), '--jax.debug', 'False',
-        *[x for x in extra if x != '--']]
+        '--configs', *args.configs, '--jax.debug', 'False',
+        '--jax.platform', platform, *[x for x in extra if x != '--']]
     with tempfile.TemporaryDirectory() as tmp:
-        old_tree = export(args.old, pathlib.Path(tmp) / 'old')
-        if args.new:
-            new_tree = export(args.new, pathlib.Path(tmp) / 'new')
-            trees = {f'old ({args.old})': old_tree,
-                     f'new ({args.new})': new_tree}
-        else:
-            trees = {f'old ({args.old})': old_tree, 'new (this tree)': ROOT}
-        results = {name: [] for name in trees}
+        setups, skipped = make_setups(args, pathlib.Path(tmp), platform)
+        if args.setups:
+            wanted = args.setups.split(',')
+            setups = {k: v for k, v in setups.items() if k in wanted}
+        for name, reason in skipped.items():
+            print(f'Skipping {name}: {reason}', flush=True)
+        results = {name: [] for name in setups}
         for index in range(args.rounds):
-            for name, tree in trees.items():
-                result = measure(tree, flags, args)
+            for name, setup in setups.items():
+                try:
+                    result = measure(setup, flags, args, tmp)
+                except RuntimeError as e:
+                    print(f'{name} failed:\n{e}', flush=True)
+                    continue
                 results[name].append(result)
                 print(f'round {index + 1}/{args.rounds} {name}: '
-                      f'{result["train_rate"]:.1f} train steps/s, policy '
-                      f'{result["policy_ms"]:.2f} ms', flush=True)
-    table = render(results, flags)
+                      f'{result["train_rate"]:.2f} train steps/s, policy '
+                      f'{result["policy_p50_ms"]:.2f} ms, first train '
+                      f'{result["first_train"]:.1f} s', flush=True)
+    results = {k: v for k, v in results.items() if v}
+    table = render(results, flags, args.rounds)
     print(table)
     if args.markdown:
         pathlib.Path(args.markdown).write_text(table + '\n')
+
+
+def make_setups(args, tmp, platform):
+    """{name: (PYTHONPATH entries, setup kind, agent flags)} and {name:
+    reason} for those that cannot run here."""
+    ours = ['--agent_impl', 'dreamerv3']
+    setups = {'ours': ([str(ROOT)], 'ours', ours)}
+    skipped = {}
+    checkout = original.source()
+    if not checkout:
+        reason = f'${original.ENV} is not set'
+        skipped['ours+orig agent'] = skipped['original'] = reason
+    else:
+        original.copy_agent(checkout, tmp / 'origagent')
+        setups['ours+orig agent'] = (
+            [str(ROOT), str(tmp / 'origagent')], 'ours',
+            ['--agent_impl', 'dreamerv3.agent:Agent'])
+        problem = original_base_problem(checkout)
+        if problem:
+            skipped['original'] = problem
+        else:
+            setups['original'] = ([checkout], 'original', [])
+    if args.old:
+        setups[f'ours@{args.old}'] = (
+            [str(export(args.old, tmp / 'old'))], 'ours', ours)
+    return setups, skipped
+
+
+def original_base_problem(checkout):
+    """Why the original's own base cannot run here, or ''."""
+    if not original.is_worktree(checkout):
+        return f'{checkout} is not a work tree (its embodied package is needed)'
+    env = dict(os.environ, PYTHONPATH=checkout)
+    result = subprocess.run(
+        [sys.executable, '-c', ORIGINAL_CHECK], cwd=checkout, env=env,
+        capture_output=True, text=True)
+    if result.returncode:
+        return ('its embodied package does not import: ' +
+                result.stderr.strip().splitlines()[-1])
+    return result.stdout.strip()
+
+
+# The original's base passes jax.jit its shardings positionally
+# (embodied/jax/transform.py), which newer JAX versions refuse.
+ORIGINAL_CHECK = r'''
+import inspect
+import embodied, embodied.jax, dreamerv3.main
+import jax
+kinds = (inspect.Parameter.POSITIONAL_ONLY,
+         inspect.Parameter.POSITIONAL_OR_KEYWORD)
+params = inspect.signature(jax.jit).parameters.values()
+if sum(p.kind in kinds for p in params) < 5:
+    print(f'its base calls jax.jit(fun, in_shardings, out_shardings, ...) '
+          f'positionally, which jax {jax.__version__} (installed) refuses; '
+          f'it needs an older jax')
+'''
 
 
 def export(revision, path):
@@ -130,60 +262,62 @@ def export(revision, path):
     return path
 
 
-def measure(tree, flags, args):
-    env = dict(os.environ, PYTHONPATH=str(tree), JAX_PLATFORMS='cpu')
-    payload = json.dumps([flags, args.train_steps, args.policy_calls])
+def measure(setup, flags, args, scratch):
+    paths, kind, agent_flags = setup
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    # Compile from scratch every time: no persistent cache from earlier runs.
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=scratch))
+    env['EMBODIED_JAX_CACHE'] = str(tmp / 'cache')
+    env['TMPDIR'] = str(tmp)  # The worker's logdir.
+    if '--jax.platform' in flags and flags[flags.index('--jax.platform') + 1] == 'cpu':
+        env['JAX_PLATFORMS'] = 'cpu'
+    payload = json.dumps([
+        kind, [*agent_flags, *flags], args.train_steps, args.policy_calls,
+        args.policy_batch])
     result = subprocess.run(
-        [sys.executable, '-c', WORKER, payload], cwd=str(tree), env=env,
-        capture_output=True, text=True, timeout=1800)
+        [sys.executable, '-c', WORKER, payload], cwd=paths[0], env=env,
+        capture_output=True, text=True, timeout=3600)
     lines = [x for x in result.stdout.splitlines() if x.startswith('RESULT ')]
     if result.returncode or not lines:
         raise RuntimeError(
-            f'Measuring {tree} failed (exit {result.returncode}):\n'
-            f'{result.stderr[-3000:]}')
-    return json.loads(lines[-1][len('RESULT '):])
+            f'exit {result.returncode}:\n{result.stderr[-3000:]}')
+    measured = json.loads(lines[-1][len('RESULT '):])
+    files = [f for f in (tmp / 'cache').rglob('*') if f.is_file()]
+    measured['cache_mb'] = sum(f.stat().st_size for f in files) / 2 ** 20
+    shutil.rmtree(tmp, ignore_errors=True)
+    return measured
 
 
-def render(results, flags):
-    """Medians over rounds, the best round (least disturbed by other load on
-    the machine), and new/old: the median of the per-round ratios (each
-    round measures old and new back to back) and the ratio of the bests."""
+def render(results, flags, rounds):
+    """Per setup, the median over rounds of each measure and the best train
+    steps/s (the round least disturbed by other load); train steps/s and
+    policy latency also relative to the first setup, as the median of the
+    per-round ratios (each round measures all setups back to back)."""
+    if not results:
+        return 'No setup could be measured.'
     names = list(results)
-    keys = ('train_rate', 'policy_ms', 'policy_p90_ms', 'compile_train')
-    medians = {
-        name: {key: statistics.median(r[key] for r in rows) for key in keys}
-        for name, rows in results.items()}
-    best = {
-        name: {'train_rate': max(r['train_rate'] for r in rows),
-               'policy_ms': min(r['policy_ms'] for r in rows)}
-        for name, rows in results.items()}
     first = results[names[0]][0]
     lines = [
-        f'DreamerV3 agent speed, flags: {" ".join(flags)}; train batch '
-        f'{first["batch"][0]}x{first["batch"][1]}, policy batch '
-        f'{first["actor_batch"]}; {len(results[names[0]])} alternating rounds',
+        f'DreamerV3 agent speed on {first["device"]}, flags: '
+        f'{" ".join(flags)}; train batch {first["batch"][0]}x'
+        f'{first["batch"][1]}, policy batch {first["policy_batch"]}; '
+        f'medians of {rounds} alternating rounds; peak mem is '
+        f'{first["peak_kind"]}',
         '',
-        '| tree | train steps/s (median) | train steps/s (best) | '
-        'policy ms (median) | policy ms (best) | policy ms (p90) | '
-        'compile + 3 steps s |',
-        '|---|---|---|---|---|---|---|']
+        '| setup | ' + ' | '.join(title for _, title, _ in COLUMNS) +
+        ' | best steps/s | steps/s vs first | policy p50 vs first |',
+        '|---' * (len(COLUMNS) + 4) + '|']
+    base = results[names[0]]
     for name in names:
-        m, b = medians[name], best[name]
-        lines.append(
-            f'| {name} | {m["train_rate"]:.1f} | {b["train_rate"]:.1f} | '
-            f'{m["policy_ms"]:.2f} | {b["policy_ms"]:.2f} | '
-            f'{m["policy_p90_ms"]:.2f} | {m["compile_train"]:.1f} |')
-    if len(names) == 2:
-        old, new = results[names[0]], results[names[1]]
-        paired = lambda key: statistics.median(
-            n[key] / o[key] for o, n in zip(old, new))
-        bo, bn = best[names[0]], best[names[1]]
-        lines.append(
-            f'| new / old | {paired("train_rate"):.3f} (paired) | '
-            f'{bn["train_rate"] / bo["train_rate"]:.3f} | '
-            f'{paired("policy_ms"):.3f} (paired) | '
-            f'{bn["policy_ms"] / bo["policy_ms"]:.3f} | '
-            f'{paired("policy_p90_ms"):.3f} (paired) | |')
+        rows = results[name]
+        cells = [fmt.format(statistics.median(r[key] for r in rows))
+                 for key, _, fmt in COLUMNS]
+        ratio = lambda key: statistics.median(
+            n[key] / o[key] for o, n in zip(base, rows))
+        cells.append(f'{max(r["train_rate"] for r in rows):.2f}')
+        cells.append(f'{ratio("train_rate"):.2f}x')
+        cells.append(f'{ratio("policy_p50_ms"):.2f}x')
+        lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 

@@ -40,6 +40,9 @@ class RatioTrainer:
         self.carry_report = agent.init_report(args.batch_size)
         self.agg = elements.Agg()
         self.fps = elements.FPS()
+        # The last update's (outs, metrics): read after the next update is
+        # dispatched (or at metrics()), so the device never waits for us.
+        self.pending = None
 
     def on_step(self, tran, worker):
         if len(self.replay) < self.args.batch_size * self.args.batch_length:
@@ -50,9 +53,18 @@ class RatioTrainer:
             self.carry_train, outs, mets = self.agent.train(
                 self.carry_train, batch)
             self.fps.step(self.batch_steps)
-            if 'replay' in outs:
-                self.replay.update(outs['replay'])
-            self.agg.add(mets, prefix='train')
+            self._finish_update()
+            self.pending = (outs, mets)
+
+    def _finish_update(self):
+        """Writes the pending update's replay context back and adds its
+        metrics."""
+        if self.pending is None:
+            return
+        (outs, mets), self.pending = self.pending, None
+        if 'replay' in outs:
+            self.replay.update(outs['replay'])
+        self.agg.add(mets, prefix='train')
 
     def report(self):
         """Report metrics over `consec_report * report_batches` batches."""
@@ -61,7 +73,14 @@ class RatioTrainer:
         return metrics
 
     def metrics(self):
-        return {**self.agg.result(), 'fps/train': self.fps.result()}
+        self._finish_update()
+        lag = getattr(self.agent, 'policy_lag', dict)()
+        return {**self.agg.result(), **lag, 'fps/train': self.fps.result()}
+
+    def close(self):
+        """Stops the streams' read-ahead threads."""
+        close_stream(self.stream_train)
+        close_stream(self.stream_report)
 
 
 def report_on(agent, stream, args, carry, lock=None):
@@ -79,3 +98,11 @@ def report_on(agent, stream, args, carry, lock=None):
             carry, mets = agent.report(carry, batch)
         agg.add(mets)
     return carry, agg.result()
+
+
+def close_stream(stream):
+    """Closes a stream that can be closed (e.g. `agent.stream()`'s read-ahead
+    thread); does nothing for others."""
+    close = getattr(stream, 'close', None)
+    if close:
+        close()

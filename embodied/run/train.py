@@ -40,5 +40,6 @@ def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
                  trainer, before=report)
         loop.finish(cp, stats, trainer.metrics())
     finally:
+        trainer.close()
         driver.close()
         logger.close()

@@ -66,6 +66,8 @@ def train_eval(
             before=evaluate)
         loop.finish(cp, train_stats, trainer.metrics())
     finally:
+        trainer.close()
+        learning.close_stream(stream_eval)
         train_driver.close()
         eval_driver.close()
         logger.close()

@@ -5,6 +5,7 @@ trained by the `train` and `parallel` scripts."""
 import json
 
 import elements
+import jax
 import numpy as np
 import pytest
 
@@ -106,6 +107,8 @@ def test_training_fits_reward_and_moves_slow_critic(agent):
 
 def test_checkpoint_round_trip_reproduces_actions(agent, tmp_path):
     agent.train(agent.init_train(8), make_batch())
+    # The policy swaps in the update's parameters once their copy is made.
+    jax.block_until_ready(agent._policy_params)
     other = make_agent(tmp_path, seed=1)
     other.load(agent.save())
     obs = make_obs(64, seed=2)
@@ -133,5 +136,9 @@ def test_trains_under_script(tmp_path, script, flags):
     trained = [r for r in records if 'train/loss/value' in r]
     assert trained, output[-4000:]
     assert all(np.isfinite(r['train/loss/value']) for r in trained)
+    # How many updates old the acting parameters were, per log interval.
+    lags = [r for r in records if 'policy_lag/max' in r]
+    assert lags, output[-4000:]
+    assert all(0 <= r['policy_lag/mean'] <= r['policy_lag/max'] for r in lags)
     assert max(r['step'] for r in records) >= 400
     assert (logdir / 'ckpt').exists()

@@ -24,9 +24,9 @@ import pytest
 
 import helpers
 from embodied import main as mainlib
+from embodied.perf import original
 
 SOURCE = os.environ.get('EMBODIED_ORIGINAL_DREAMERV3', '')
-FILES = ('__init__.py', 'agent.py', 'rssm.py')
 
 pytestmark = [
     pytest.mark.skipif(
@@ -50,18 +50,7 @@ ACT = {
 
 def copy_original(target):
     """Copies the original's dreamerv3 package files into `target`."""
-    package = target / 'dreamerv3'
-    package.mkdir()
-    for name in FILES:
-        path = os.path.join(SOURCE, 'dreamerv3', name)
-        if os.path.exists(path):
-            with open(path) as f:
-                text = f.read()
-        else:  # a git directory, e.g. a bare mirror
-            text = subprocess.run(
-                ['git', '--git-dir', SOURCE, 'show', f'HEAD:dreamerv3/{name}'],
-                capture_output=True, text=True, check=True).stdout
-        (package / name).write_text(text)
+    original.copy_agent(SOURCE, target)
 
 
 @pytest.fixture(scope='module')
@@ -187,15 +176,7 @@ def load_original_jax(target):
     package.mkdir()
     for name in ('__init__', 'agent', 'heads', 'internal', 'nets', 'opt',
                  'outs', 'transform', 'utils'):
-        path = os.path.join(SOURCE, 'embodied', 'jax', f'{name}.py')
-        if os.path.exists(path):
-            with open(path) as f:
-                text = f.read()
-        else:
-            text = subprocess.run(
-                ['git', '--git-dir', SOURCE, 'show',
-                 f'HEAD:embodied/jax/{name}.py'],
-                capture_output=True, text=True, check=True).stdout
+        text = original.read(SOURCE, f'embodied/jax/{name}.py')
         (package / f'{name}.py').write_text(text)
     return {
         name: importlib.import_module(f'original_jax.{name}')

@@ -1,6 +1,7 @@
 """The JAX agent base, on a toy model that compiles in moments."""
 
 import threading
+import time
 
 import elements
 import jax
@@ -176,9 +177,7 @@ def test_policy_keys_matching_nothing_is_an_error():
         Unmatched(OBS, ACT, make_config())
 
 
-def test_stream_is_the_source_and_train_takes_only_model_keys(agent):
-    source = iter([make_batch(seed=1)])
-    assert agent.stream(source) is source  # Never reads ahead.
+def test_train_takes_only_model_keys(agent):
     batch = make_batch(seed=1)
     assert 'name' in batch and 'log/ignored' in batch
     carry, _, metrics = agent.train(agent.init_train(len(batch['x'])), batch)
@@ -347,3 +346,176 @@ def test_thread_contract_names_every_public_method():
         name for name, value in vars(agentlib.Agent).items()
         if not name.startswith('_') and callable(value)}
     assert public <= rows, sorted(public - rows)
+
+
+def test_stream_moves_batches_to_device_ahead_in_order():
+    agent = ToyAgent(OBS, ACT, make_config())
+    batches = [make_batch(seed=i) for i in range(3)]
+    taken = []
+
+    def source():
+        for batch in batches:
+            taken.append(True)
+            yield batch
+
+    stream = agent.stream(source())
+    first = next(stream)
+    assert set(first) == {'x', 'is_first', 'action', 'target', 'stepid'}
+    assert all(isinstance(v, jax.Array) for v in first.values())
+    deadline = time.monotonic() + 30
+    while len(taken) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)  # The thread reads ahead without being asked.
+    assert len(taken) == 3
+    # Every batch arrives once, in order, and the end after them.
+    rest = list(stream)
+    for got, want in zip([first, *rest], batches):
+        np.testing.assert_array_equal(np.asarray(got['x']), want['x'])
+    assert len(rest) == 2
+    carry = agent.init_train(4)
+    for batch in [first, *rest]:
+        carry, _, metrics = agent.train(carry, batch)
+    assert np.isfinite(metrics['loss'])
+
+
+def test_stream_blocked_on_the_replay_never_blocks_train():
+    agent = ToyAgent(OBS, ACT, make_config())
+    release = threading.Event()
+
+    def source():  # A replay whose rate limiter holds the second batch.
+        yield make_batch(seed=0)
+        release.wait()
+        yield make_batch(seed=1)
+
+    stream = agent.stream(source())
+    batch = next(stream)
+    carry = agent.init_train(4)
+    # The read-ahead thread now waits on the source; train, policy, save
+    # and report go on.
+    carry, _, metrics = agent.train(carry, batch)
+    carry, _, metrics = agent.train(carry, make_batch(seed=2))
+    agent.policy(agent.init_policy(4), make_obs())
+    agent.save()
+    agent.report(agent.init_report(4), batch)
+    assert np.isfinite(metrics['loss'])
+    release.set()
+    np.testing.assert_array_equal(
+        np.asarray(next(stream)['x']), make_batch(seed=1)['x'])
+    stream.close()
+
+
+def test_train_results_read_late_equal_results_read_at_once():
+    now = ToyAgent(OBS, ACT, make_config(seed=3))
+    late = ToyAgent(OBS, ACT, make_config(seed=3))
+    expected, results = [], []
+    carry_now, carry_late = now.init_train(4), late.init_train(4)
+    for i in range(5):
+        carry_now, outs, mets = now.train(carry_now, make_batch(seed=i))
+        expected.append((float(mets['loss']), outs['replay']['stepid']))
+        carry_late, outs, mets = late.train(carry_late, make_batch(seed=i))
+        assert isinstance(mets, embodied.jax.fetch.Fetched)
+        assert 'replay' in outs and 'loss' in mets and list(mets) == ['loss']
+        results.append((outs, mets))
+    for (loss, stepid), (outs, mets) in zip(expected, results):
+        assert float(mets['loss']) == loss
+        np.testing.assert_array_equal(outs['replay']['stepid'], stepid)
+        assert isinstance(outs.result()['replay']['stepid'], np.ndarray)
+
+
+def test_policy_acts_with_the_newest_finished_parameters():
+    agent = ToyAgent(OBS, ACT, make_config())
+    obs, carry = make_obs(), agent.init_policy(4)
+    assert agent.policy_lag() == {}
+    agent.policy(carry, obs)
+    assert agent.policy_lag() == {'policy_lag/mean': 0, 'policy_lag/max': 0}
+    train = agent.init_train(4)
+    for i in range(3):
+        train, _, _ = agent.train(train, make_batch(seed=i))
+        jax.block_until_ready(agent._policy_params)
+        agent.policy(carry, obs)
+        np.testing.assert_array_equal(
+            np.asarray(agent._params.acting()['w/kernel']),
+            agent.save()['w/kernel'])
+    assert agent.policy_lag() == {'policy_lag/mean': 0, 'policy_lag/max': 0}
+    assert agent.policy_lag() == {}
+
+
+class FakeArray:
+    """Stands in for a device array whose copy the test finishes."""
+
+    def __init__(self, name):
+        self.name, self.done = name, False
+
+    def is_ready(self):
+        return self.done
+
+
+def test_params_handover_swaps_when_ready_and_counts_lag():
+    made = []
+
+    def make(name):
+        def fn():
+            made.append(name)
+            return {'w': FakeArray(name)}
+        return fn
+
+    params = embodied.jax.handover.PolicyParams({'w': FakeArray('v0')}, 0)
+    assert params.offer(make('v1'), 1)
+    assert not params.offer(make('v2'), 2)  # v1 is still being copied.
+    assert made == ['v1']
+    assert params.acting(2)['w'].name == 'v0'  # Never waits for v1.
+    params.newest()['w'].done = True
+    assert params.acting(3)['w'].name == 'v1'
+    assert params.lag() == {'policy_lag/mean': 2, 'policy_lag/max': 2}
+    # A finished copy the actor has not taken acts once a newer one comes.
+    assert params.offer(make('v4'), 4)
+    params.newest()['w'].done = True
+    assert params.offer(make('v5'), 5)
+    assert params.acting(5)['w'].name == 'v4'
+    assert params.acting(6)['w'].name == 'v4'
+    assert params.lag() == {'policy_lag/mean': 1.5, 'policy_lag/max': 2}
+    params.replace({'w': FakeArray('loaded')}, 6)
+    assert params.acting(6)['w'].name == 'loaded'  # Even before it is ready.
+    assert params.lag() == {'policy_lag/mean': 0, 'policy_lag/max': 0}
+
+
+CACHE_SCRIPT = '''
+import json, sys
+import elements, jax, numpy as np
+import embodied.jax
+hits = []
+jax.monitoring.register_event_listener(
+    lambda name, **kw: hits.append(name)
+    if name == '/jax/compilation_cache/cache_hits' else None)
+runtime = embodied.jax.setup(elements.Config(
+    platform='cpu', compute_dtype='auto', policy_devices=[0],
+    train_devices=[0], mock_devices=0, prealloc=False, jit=True,
+    debug=False, expect_devices=0))
+fn = jax.jit(lambda x: (x @ x.T).sum() * 3.5 + 12345.0)
+compiled = fn.lower(np.ones((7, 5), np.float32)).compile()  # ahead of time
+compiled(np.ones((7, 5), np.float32))
+print('RESULT', json.dumps({'hits': len(hits), 'dir': runtime.cache_dir}))
+'''
+
+
+def run_cache_script(cache):
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, EMBODIED_JAX_CACHE=cache, JAX_PLATFORMS='cpu')
+    result = subprocess.run(
+        [sys.executable, '-c', CACHE_SCRIPT], env=env, capture_output=True,
+        text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    line = [x for x in result.stdout.splitlines() if x.startswith('RESULT')]
+    return json.loads(line[-1].split(' ', 1)[1])
+
+
+def test_compilation_cache_serves_ahead_of_time_compiles(tmp_path):
+    cache = str(tmp_path / 'cache')
+    first = run_cache_script(cache)
+    assert first['dir'] == cache and any((tmp_path / 'cache').iterdir())
+    second = run_cache_script(cache)
+    assert second['hits'] > first['hits']  # The relaunch loads, not compiles.
+    off = run_cache_script('off')
+    assert off == {'hits': 0, 'dir': ''}

@@ -4,6 +4,8 @@
     while not stopped:
         batch = next(train stream)          # replay 'sample_batch_train'
         carry, outs, metrics = agent.train(carry, batch)
+        (previous update's outs and metrics, read now, after this update
+         was dispatched:)
         replay.update(outs['replay'])       # replay context, if any
         every run.report_every: agent.report on 'sample_batch_report'
                                 (and 'sample_batch_eval' with eval envs)
@@ -82,6 +84,23 @@ def parallel_learner(agent, barrier, args):
     stream_eval = make_stream('eval') if args.eval_envs else None
     carry = agent.init_train(args.batch_size)
     updates = collections.deque()
+    pending = None  # The last update's (outs, metrics), read one update late.
+
+    def finish_update(outs, mets):
+        """Reads an update's results (waiting for the device if it is not
+        done) and sends its replay context back."""
+        start = time.monotonic()
+        with elements.timer.section('train_results'):
+            agg.add(mets)
+        link.count('train_seconds', time.monotonic() - start)
+        if 'replay' in outs:
+            with elements.timer.section('replay_update'):
+                updates.append(updater.update(outs['replay']))
+            while updates and updates[0].done():
+                updates.popleft().result()
+
+    def policy_lag():
+        return agent.policy_lag() if hasattr(agent, 'policy_lag') else {}
 
     try:
         while not stop.is_set():
@@ -94,12 +113,9 @@ def parallel_learner(agent, barrier, args):
                 carry, outs, mets = agent.train(carry, batch)
             link.count('train_seconds', time.monotonic() - start)
             link.count('train_steps')
-            if 'replay' in outs:
-                with elements.timer.section('replay_update'):
-                    updates.append(updater.update(outs['replay']))
-                while updates and updates[0].done():
-                    updates.popleft().result()
-            agg.add(mets)
+            if pending:
+                finish_update(*pending)
+            pending = (outs, mets)
             fps.step(batch_steps)
 
             if should_report(skip=not sources['report'].ready_soon()):
@@ -118,18 +134,23 @@ def parallel_learner(agent, barrier, args):
                 stats['fps/train'] = fps.result()
                 stats.update(timing.timer_metrics('timer/agent'))
                 stats.update(prefix(agg.result(), 'train'))
+                stats.update(policy_lag())
                 stats.update(prefix(usage.stats(), 'usage/agent'))
                 for source, stream in sources.items():
                     stats.update(prefix(
                         stream.client.stats(), f'client/{source}'))
                 logger.add(stats)
-        final = agg.result()
+        if pending:
+            finish_update(*pending)
+        final = {**prefix(agg.result(), 'train'), **policy_lag()}
         if final:
-            logger.add(prefix(final, 'train')).result()
+            logger.add(final).result()
     finally:
         link.learner_done.set()
         for client in (logger, updater):
             client.close(1)
+        for stream in (stream_train, stream_report, stream_eval):
+            learning.close_stream(stream)
         for stream in sources.values():
             stream.close()
     return 0
