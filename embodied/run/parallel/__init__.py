@@ -46,12 +46,13 @@ Who serves each RPC method (one server per process, at its address):
 Which thread of the agent process calls each agent method:
 
     agent method                   thread
-    init_policy                    actor thread, once before the barrier
+    init_policy                    actor thread, once after the barrier
     policy                         the `act` server's workers
                                    (run.actor_threads of them)
     load (restore)                 learner thread, before the barrier
     init_train, init_report,       learner thread
-    stream, train, report
+    stream, train, report,
+    policy_lag
     save                           the `save` server thread (AgentControl),
                                    under link.train_lock, never during
                                    train or report
