@@ -128,7 +128,7 @@ def test_trains_under_script(tmp_path, script, flags):
     result = launch.run(
         '--configs', 'debug', '--agent_impl', AGENT,
         '--task', 'cartpole_balance', '--script', script,
-        '--run.steps', '400', '--logdir', logdir, *flags, timeout=270)
+        '--run.steps', '400', '--logdir', logdir, *flags, timeout=600)
     output = result.stdout
     assert result.returncode == 0, output[-4000:]
     lines = (logdir / 'metrics.jsonl').read_text().splitlines()

@@ -311,7 +311,7 @@ def test_runs_under_script_with_debug_config(tmp_path, script, flags):
     result = launch.run(
         '--configs', 'debug', '--agent_impl', 'dreamerv3',
         '--task', 'cartpole_balance', '--script', script,
-        '--run.steps', '150', '--logdir', logdir, *flags, timeout=270)
+        '--run.steps', '150', '--logdir', logdir, *flags, timeout=600)
     output = result.stdout
     assert result.returncode == 0, output[-4000:]
     metrics = (logdir / 'metrics.jsonl').read_text()

@@ -155,7 +155,7 @@ def test_original_agent_trains_under_script(tmp_path, script, flags):
     env['PYTHONPATH'] = os.pathsep.join(
         [root, str(tmp_path), *filter(None, [env.get('PYTHONPATH')])])
     result = subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=270,
+        command, capture_output=True, text=True, env=env, timeout=600,
         cwd=root)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]

@@ -41,7 +41,7 @@ def assert_imports_without(modules, absent):
     assert result.returncode == 0, result.stderr
 
 
-def run(*flags, timeout=240, module='embodied.main'):
+def run(*flags, timeout=600, module='embodied.main'):
     """Runs to completion; returns CompletedProcess with text output."""
     return subprocess.run(
         command(*flags, module=module), cwd=ROOT, env=env(), timeout=timeout,

@@ -93,7 +93,7 @@ def test_parallel_run_keeps_images_intact(suite, tmp_path):
     module, flags, steps = SUITES[suite]
     pytest.importorskip(module)
     logdir = tmp_path / 'run'
-    result = launch.run(*COMMON, *flags, '--logdir', logdir, timeout=280)
+    result = launch.run(*COMMON, *flags, '--logdir', logdir, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:]
     assert 'All workers exited' in result.stdout
 
@@ -144,7 +144,7 @@ def test_dreamerv3_trains_on_the_suite_blocks(block, module, loss, tmp_path):
         '--configs', block, 'debug', '--agent_impl', 'dreamerv3',
         '--script', 'train', '--run.envs', '1', '--run.eval_envs', '0',
         '--run.steps', '200', '--run.train_ratio', '64',
-        '--replay.size', '3000', '--logdir', logdir, timeout=280)
+        '--replay.size', '3000', '--logdir', logdir, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:]
     rows = launch.metrics(logdir)
     assert any(np.isfinite(row.get(loss, np.nan)) for row in rows), (
