@@ -99,14 +99,17 @@ def test_scripts_print_progress_and_summary(tmp_path, script):
         result = launch.run('--script', 'train', *flags, '--run.steps', 100,
                             '--logdir', logdir)
         assert result.returncode == 0, result.stdout[-3000:]
-    result = launch.run('--script', script, *flags, '--run.steps', 4000,
+    # Long enough for a progress line (run.log_every 1 s) on a fast machine:
+    # evaluating runs 4000 steps in under a second.
+    steps = 4000 if script == 'train' else 40000
+    result = launch.run('--script', script, *flags, '--run.steps', steps,
                         '--logdir', logdir)
     assert result.returncode == 0, result.stdout[-3000:]
     lines = re.findall(r'\[Progress\] (.*)', result.stdout)
     assert lines, result.stdout[-3000:]
     for line in lines:
         assert re.fullmatch(
-            r'step \d+/4000 \| elapsed \d:\d\d:\d\d \| ETA '
+            rf'step \d+/{steps} \| elapsed \d:\d\d:\d\d \| ETA '
             r'(\?|\d:\d\d:\d\d)', line), line
     summary = summary_values(re.findall(r'\[Summary\] (.*)', result.stdout)[-1])
     assert summary['steps'] >= 4000
