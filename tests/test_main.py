@@ -1,6 +1,5 @@
 """The command line: config blocks, flags, errors, and where configs live."""
 
-import pathlib
 import subprocess
 import sys
 import zipfile

@@ -335,7 +335,6 @@ def test_thread_contract_names_every_public_method():
     """The thread contract heading embodied/jax/agent.py has a row for every
     public method of the agent base, so a new method must state its threads
     and lock."""
-    import inspect
     from embodied.jax import agent as agentlib
     table = agentlib.__doc__.split('Thread contract.')[1]
     rows = set()

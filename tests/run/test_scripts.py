@@ -1,6 +1,5 @@
 """The single-process scripts end to end, with the numpy test agent."""
 
-import pytest
 
 import launch
 
