@@ -12,6 +12,8 @@ import os
 import pathlib
 import threading
 
+from . import mesh as meshlib
+
 PLATFORMS = ('auto', 'cpu', 'cuda', 'gpu', 'tpu')
 DTYPES = ('auto', 'float32', 'bfloat16')  # float16 would need loss scaling
 
@@ -24,7 +26,9 @@ _applied = {}
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
-    """What `setup()` decided: where the policy and the learner run."""
+    """What `setup()` decided: where the policy and the learner run. The
+    device tuples are the devices each mesh spans, in mesh order (see
+    `mesh.choose_devices`)."""
     platform: str
     compute_dtype: object
     policy_devices: tuple
@@ -33,6 +37,8 @@ class Runtime:
     debug: bool
     cache_dir: str
     enable_policy: bool = True
+    policy_mesh: str = '-1,1,1'  # 'd,f,t' over policy_devices (mesh.py)
+    train_mesh: str = '-1,1,1'  # 'd,f,t' over train_devices
 
 
 class PlatformError(RuntimeError):
@@ -43,7 +49,8 @@ def setup(jaxcfg, logdir=None):
     """Configures JAX for this process and returns the Runtime.
 
     `jaxcfg` holds the original's keys: platform, compute_dtype,
-    policy_devices, train_devices, mock_devices, prealloc, jit, debug.
+    policy_devices, train_devices, policy_mesh, train_mesh, mock_devices,
+    prealloc, jit, debug.
     """
     _check_choice('jax.platform', jaxcfg.platform, PLATFORMS)
     if getattr(jaxcfg, 'coordinator_address', ''):
@@ -64,13 +71,21 @@ def setup(jaxcfg, logdir=None):
         raise PlatformError(
             f'jax.expect_devices is {expect} but JAX found {len(devices)} '
             f'{platform} devices.')
-    policy = _pick(devices, jaxcfg.policy_devices, 'jax.policy_devices')
-    train = _pick(devices, jaxcfg.train_devices, 'jax.train_devices')
+    policy_mesh = str(getattr(jaxcfg, 'policy_mesh', meshlib.DEFAULT))
+    train_mesh = str(getattr(jaxcfg, 'train_mesh', meshlib.DEFAULT))
+    policy = meshlib.choose_devices(
+        devices, _pick(devices, jaxcfg.policy_devices, 'jax.policy_devices'),
+        policy_mesh, 'jax.policy_mesh')
+    train = meshlib.choose_devices(
+        devices, _pick(devices, jaxcfg.train_devices, 'jax.train_devices'),
+        train_mesh, 'jax.train_mesh')
     return Runtime(
         platform=platform,
         compute_dtype=_dtype(jax, jaxcfg.compute_dtype, platform),
-        policy_devices=policy,
-        train_devices=train,
+        policy_devices=tuple(policy),
+        train_devices=tuple(train),
+        policy_mesh=policy_mesh,
+        train_mesh=train_mesh,
         jit=bool(jaxcfg.jit),
         debug=bool(jaxcfg.debug),
         cache_dir=cache_dir,
@@ -140,6 +155,7 @@ def _devices(jax, platform):
 
 
 def _pick(devices, indices, key):
+    """The indices `key` names, checked against the devices."""
     chosen = []
     for index in indices:
         if not 0 <= index < len(devices):
@@ -147,7 +163,7 @@ def _pick(devices, indices, key):
                 f'{key} names device {index}, but only {len(devices)} '
                 f'{devices[0].platform} devices exist (set jax.mock_devices '
                 f'to fake more on CPU).')
-        chosen.append(devices[index])
+        chosen.append(index)
     if not chosen:
         raise ValueError(f'{key} is empty; name at least one device.')
     return tuple(chosen)
