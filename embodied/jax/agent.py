@@ -619,9 +619,11 @@ class Agent(embodied.Agent):
             return
 
         def copy():
-            params = {k: self._state[k] for k in self._policy_names}
-            return jax.device_put(
-                params, self._policy_shardings, may_alias=False)
+            # A fresh copy on the train devices first (the state is donated
+            # to the next update, and a transfer between two meshes may keep
+            # buffers of its source), then moved device to device.
+            params = _copy_arrays({k: self._state[k] for k in self._policy_names})
+            return jax.device_put(params, self._policy_shardings)
 
         if self._params is None:
             self._params = handover.PolicyParams(copy(), self._updates)
@@ -708,6 +710,11 @@ class Agent(embodied.Agent):
         if bad:
             raise FloatingPointError(
                 f'{where}: non-finite metrics {", ".join(sorted(bad))}.')
+
+
+@jax.jit
+def _copy_arrays(tree):
+    return jax.tree.map(jnp.copy, tree)
 
 
 def _islist(x):
