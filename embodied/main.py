@@ -64,7 +64,13 @@ def main(argv=None):
     except (UsageError, memory.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
-    run(config)
+    try:
+        run(config)
+    except validation.BadValue as e:
+        # Values only checkable once JAX sees the devices (a mesh that does
+        # not fit the GPUs), raised while the agent is built.
+        print(f'error: {e}', file=sys.stderr)
+        sys.exit(2)
 
 
 def parse(argv=None):

@@ -68,7 +68,8 @@ def test_fit_spec_drops_axes_that_do_not_divide():
 
 
 def test_unmatched_parameter_is_an_error():
-    mesh = types.SimpleNamespace(shape={'d': 1, 'f': 1, 't': 1})
+    import jax
+    mesh = meshlib.Layout(jax.devices()[:1], '1,1,1', 'jax.train_mesh').mesh
     shapes = {'enc/kernel': np.zeros((2, 2)), 'enc/bias': np.zeros(2)}
     with pytest.raises(ValueError, match="'enc/bias'"):
         shardinglib.param_shardings(shapes, [('kernel$', P())], mesh)
