@@ -161,3 +161,24 @@ def test_checkpoints_load_across_layouts(runs):
         assert set(loaded) == set(saved) and saved
         for key, value in saved.items():
             np.testing.assert_array_equal(loaded[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize('flags, words', [
+    (('--jax.train_mesh', '4,4,1'), [
+        "jax.train_mesh '4,4,1' needs 16 devices", "'8,1,1'"]),
+    (('--jax.train_mesh', '8,1,1', '--batch_size', '6'), [
+        'batch_size 6 does not divide', "jax.train_mesh '8,1,1'",
+        'multiple of 8']),
+])
+def test_mesh_that_does_not_fit_is_a_usage_error(tmp_path, flags, words):
+    env = dict(os.environ, JAX_PLATFORMS='cpu')
+    env['PYTHONPATH'] = os.pathsep.join(
+        [str(ROOT), *filter(None, [env.get('PYTHONPATH')])])
+    result = subprocess.run(
+        [sys.executable, '-m', 'embodied.main', '--configs', 'debug',
+         '--jax.mock_devices', '8', '--logdir', str(tmp_path), *flags],
+        capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert 'Traceback' not in result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
