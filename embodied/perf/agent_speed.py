@@ -141,7 +141,7 @@ for value in getattr(agent, '_state', {}).values():
             shard.data.nbytes)
 if hasattr(agent, '_jit_train'):
     analysis = agent._jit_train.lower(
-        agent._state, carry_train, next(stream),
+        agent._state, carry_train, dict(next(stream)),
         np.zeros(2, np.uint32)).compile().memory_analysis()
     if analysis is not None:
         step_bytes = (
@@ -181,8 +181,8 @@ COLUMNS = (
     ('policy_compile', 'policy compile s', '{:.1f}'),
     ('peak_gb', 'peak mem GiB', '{:.2f}'),
     ('devices', 'train devices', '{:.0f}'),
-    ('state_mb', 'state MiB/device', '{:.2f}'),
-    ('step_mb', 'update peak MiB/device', '{:.2f}'),
+    ('state_mb', 'state MiB/device', '{:.3f}'),
+    ('step_mb', 'update peak MiB/device', '{:.3f}'),
     ('device_peak_mb', 'device peak MiB', '{:.1f}'),
     ('cache_mb', 'cache MiB', '{:.1f}'),
 )
