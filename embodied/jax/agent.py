@@ -95,6 +95,7 @@ import jax
 import jax.numpy as jnp
 import ninjax as nj
 import numpy as np
+
 import embodied
 
 from . import fetch
