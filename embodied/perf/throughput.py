@@ -12,10 +12,23 @@ Rows:
   `--train_ratio`, for each `--agent` setting (envs and envs per worker
   process; `train` steps as many envs in its one process).
 
+* With `--dreamer`, `parallel` with DreamerV3 at `debug` (`--agent_impl
+  dreamerv3`) for each `--agent` setting.
+
 Columns: env steps/s and train steps/s after the first env step, mean policy
 batch latency (first request of a batch waiting to the reply), CPU seconds of
 the whole process tree per env step, and seconds from launch to the first env
 step. Each run is a command in its own logdir, stopped by `run.duration`.
+
+Side by side with a git revision (`--old REV`, e.g. `--old ebfdc8b`): the
+revision's tree is exported to a temporary folder and every row runs there
+and here, one after the other, in `--rounds` rounds (the order alternates
+from round to round, so that other load hits both alike). Each round prints
+its figures; the table gives per row the figures of every round and the
+ratio of the medians (working tree / REV):
+
+    python -m embodied.perf.throughput --old ebfdc8b --rounds 3 \\
+        --envs 16 --per_worker 1 8 --skip_agent --seconds 15
 """
 
 import argparse
@@ -23,6 +36,7 @@ import json
 import os
 import pathlib
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,44 +64,104 @@ def main(argv=None):
              'row and a single-process train row with as many envs')
     parser.add_argument('--train_burn', type=float, default=0.003)
     parser.add_argument('--skip_agent', action='store_true')
+    parser.add_argument('--skip_random', action='store_true')
+    parser.add_argument(
+        '--dreamer', action='store_true',
+        help='also DreamerV3 at debug in parallel, per --agent setting')
+    parser.add_argument(
+        '--old', type=str, default='',
+        help='also measure the tree of this git revision, side by side')
+    parser.add_argument(
+        '--rounds', type=int, default=0,
+        help='rounds of every row (default: 3 with --old, else 1)')
     parser.add_argument('--markdown', type=str, default='')
     args = parser.parse_args(argv)
+    rounds = args.rounds or (3 if args.old else 1)
+    for setting in args.agent:
+        if not re.fullmatch(r'\d+x\d+', setting):
+            parser.error(f"--agent {setting!r}: expected ENVSxPER_WORKER, "
+                         f"e.g. 16x8")
 
+    rows = plan(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {'': ROOT}
+        if args.old:
+            try:
+                trees = {args.old: export(args.old, pathlib.Path(tmp) / 'old'),
+                         '': ROOT}
+            except subprocess.CalledProcessError as e:
+                print(f'--old {args.old}: no such git revision here '
+                      f'({e.stderr.decode().strip()})', file=sys.stderr)
+                sys.exit(2)
+        results = {}  # (tree, row name) -> [measurement per round]
+        for index in range(rounds):
+            order = list(trees.items())
+            if index % 2:
+                order.reverse()
+            for kind, name, flags in rows:
+                for tree, root in order:
+                    measured = MEASURE[kind](name, args.seconds, root, *flags)
+                    results.setdefault((tree, name), []).append(measured)
+                    label = f'@{tree}' if tree else 'working tree'
+                    print(f'round {index + 1}/{rounds} {label}: '
+                          f'{format_row(measured)}', flush=True)
+
+    if args.old:
+        table = compare(rows, results, args.old, rounds)
+    else:
+        table = markdown([results[('', name)][0] for _, name, _ in rows])
+    print(table)
+    if args.markdown:
+        pathlib.Path(args.markdown).write_text(table + '\n')
+
+
+def plan(args):
+    """The rows as (kind, name, flags)."""
     rows = []
-    for envs in args.envs:
+    for envs in ([] if args.skip_random else args.envs):
         for per_worker in args.per_worker:
             if per_worker > envs:
                 continue
-            rows.append(measure_parallel(
-                f'random, {envs} envs, {per_worker}/worker', args.seconds,
+            rows.append(('parallel', f'random, {envs} envs, {per_worker}/worker', (
                 '--random_agent', 'True', '--run.envs', envs,
                 '--run.envs_per_worker', per_worker,
-                '--run.actor_batch', max(1, envs // 2)))
-            print(format_row(rows[-1]), flush=True)
+                '--run.actor_batch', max(1, envs // 2))))
     for setting in ([] if args.skip_agent else args.agent):
         envs, per_worker = (int(x) for x in setting.split('x'))
         flags = ('--agent_impl', 'testing', '--run.envs', envs,
                  '--run.train_ratio', args.train_ratio,
                  '--testing.train_burn', args.train_burn)
         name = f'test agent, ratio {args.train_ratio:g}, {envs} envs'
-        rows.append(measure_parallel(
-            f'{name}, {per_worker}/worker', args.seconds, *flags,
+        rows.append(('parallel', f'{name}, {per_worker}/worker', (
+            *flags, '--run.envs_per_worker', per_worker,
+            '--run.actor_batch', max(1, envs // 2))))
+        rows.append(('train', name, flags))
+    for setting in (args.agent if args.dreamer else []):
+        envs, per_worker = (int(x) for x in setting.split('x'))
+        rows.append(('parallel', (
+            f'dreamerv3 debug, ratio {args.train_ratio:g}, {envs} envs, '
+            f'{per_worker}/worker'), (
+            '--agent_impl', 'dreamerv3', '--run.envs', envs,
+            '--run.train_ratio', args.train_ratio,
             '--run.envs_per_worker', per_worker,
-            '--run.actor_batch', max(1, envs // 2)))
-        print(format_row(rows[-1]), flush=True)
-        rows.append(measure_train(name, args.seconds, *flags))
-        print(format_row(rows[-1]), flush=True)
-
-    table = markdown(rows)
-    print(table)
-    if args.markdown:
-        pathlib.Path(args.markdown).write_text(table + '\n')
+            '--run.actor_batch', max(1, envs // 2))))
+    return rows
 
 
-def measure_parallel(name, seconds, *flags):
+def export(revision, path):
+    """The tree of git `revision`, written to the folder `path`."""
+    path.mkdir(parents=True)
+    archive = subprocess.run(
+        ['git', '-C', str(ROOT), 'archive', revision], check=True,
+        capture_output=True).stdout
+    subprocess.run(['tar', '-x', '-C', str(path)], input=archive, check=True)
+    return path
+
+
+def measure_parallel(name, seconds, root, *flags):
     with tempfile.TemporaryDirectory() as tmp:
         output, cpu, wall = launch(
-            'embodied.run.parallel', seconds, '--script', 'parallel',
+            root, 'embodied.run.parallel', seconds, '--script', 'parallel',
             '--logdir', os.path.join(tmp, 'run'), *flags)
     summary = re.findall(r'\[Summary\] (.*)', output)
     if not summary:
@@ -103,11 +177,11 @@ def measure_parallel(name, seconds, *flags):
         first_step=float(values['first_step_s']))
 
 
-def measure_train(name, seconds, *flags):
+def measure_train(name, seconds, root, *flags):
     with tempfile.TemporaryDirectory() as tmp:
         logdir = os.path.join(tmp, 'run')
         output, cpu, wall = launch(
-            'embodied.main', seconds, '--script', 'train',
+            root, 'embodied.main', seconds, '--script', 'train',
             '--logdir', logdir, '--run.log_every', '2', *flags)
         rows = read_metrics(logdir)
     policy = [r['fps/policy'] for r in rows if r.get('fps/policy')]
@@ -124,25 +198,29 @@ def measure_train(name, seconds, *flags):
         first_step=float(first.group(1)) if first else float('nan'))
 
 
-def launch(module, seconds, *flags):
-    """Runs a command for `seconds` of run.duration; returns its output and
-    the CPU seconds its whole process tree used."""
+MEASURE = {'parallel': measure_parallel, 'train': measure_train}
+
+
+def launch(root, module, seconds, *flags):
+    """Runs a command of the tree at `root` for `seconds` of run.duration;
+    returns its output and the CPU seconds its whole process tree used."""
     flags = [str(x) for x in (*COMMON, '--run.steps', '1e9',
                               '--run.duration', seconds, *flags)]
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'JAX_PLATFORMS': 'cpu',
-           'PYTHONPATH': str(ROOT) + os.pathsep + os.environ.get(
+           'PYTHONPATH': str(root) + os.pathsep + os.environ.get(
                'PYTHONPATH', '')}
     start = time.monotonic()
     with tempfile.TemporaryFile('w+') as log:
         proc = subprocess.Popen(
-            [sys.executable, '-m', module, *flags], cwd=ROOT, env=env,
+            [sys.executable, '-m', module, *flags], cwd=root, env=env,
             stdout=log, stderr=subprocess.STDOUT)
         cpu = track_cpu(proc, timeout=seconds + 180)
         log.seek(0)
         output = log.read()
     if proc.returncode != 0:
         raise RuntimeError(
-            f'{module} exited with {proc.returncode}:\n{output[-3000:]}')
+            f'{module} in {root} exited with {proc.returncode}:\n'
+            f'{output[-3000:]}')
     return output, cpu, time.monotonic() - start
 
 
@@ -198,6 +276,29 @@ def format_row(row):
 def markdown(rows):
     lines = [HEADER, '|' + '---|' * 7]
     lines += [format_row(row) for row in rows]
+    return '\n'.join(lines)
+
+
+def compare(rows, results, old, rounds):
+    """Per row: env steps/s and CPU ms per env step of every round at `old`
+    and in the working tree, and the ratios of their medians."""
+    fps = lambda ms: ', '.join(f"{m['env_fps']:.0f}" for m in ms)
+    cpu = lambda ms: ', '.join(f"{1000 * m['cpu_per_step']:.2f}" for m in ms)
+    median = lambda ms, key: statistics.median(m[key] for m in ms)
+    lines = [
+        f'{rounds} alternating rounds, working tree against {old}; ratios '
+        f'are of the medians (working tree / {old})', '',
+        f'| runner | setting | env steps/s {old} | env steps/s working tree '
+        f'| env steps/s ratio | CPU ms/env step {old} | CPU ms/env step '
+        f'working tree | CPU ratio |',
+        '|' + '---|' * 8]
+    for kind, name, _ in rows:
+        a, b = results[(old, name)], results[('', name)]
+        lines.append(
+            f"| {kind} | {name} | {fps(a)} | {fps(b)} | "
+            f"{median(b, 'env_fps') / median(a, 'env_fps'):.2f} | {cpu(a)} | "
+            f"{cpu(b)} | "
+            f"{median(b, 'cpu_per_step') / median(a, 'cpu_per_step'):.2f} |")
     return '\n'.join(lines)
 
 
