@@ -63,6 +63,7 @@ def layout_of(batch):
                  for k, v in batch.items())
 
 
+@functools.lru_cache(maxsize=64)
 def signature(layout):
     """A layout as one short string, compared by the server."""
     return ';'.join(f'{k}:{d}:{",".join(map(str, s))}' for k, d, s in layout)
@@ -231,16 +232,30 @@ class SlotWriter:
         except (TypeError, ValueError):
             return batch
         layout = layout_of(batch)
-        if layout is None or signature(layout) != expected or slot < 0:
+        views = layout and self.views(target, layout)
+        if not views:
             return batch
-        offsets, stride = _offsets(layout)
-        mapping = self._open(path)
-        if mapping is None or (slot + 1) * stride > len(mapping):
-            return batch
-        views = _views(mapping, layout, offsets, slot * stride)
         for key, view in views.items():
             np.copyto(view, batch[key])
         return slot
+
+    def views(self, target, layout):
+        """Writable arrays in the slot a one-slot `target` names, one per
+        `(key, dtype, shape)` of `layout` (dtype as `np.dtype(...).str`),
+        so that a batch can be made in place; None when the target cannot
+        take a batch of that layout (then send the batch itself)."""
+        try:
+            path, slot, expected = target
+            slot = int(slot)
+        except (TypeError, ValueError):
+            return None
+        if slot < 0 or signature(layout) != expected:
+            return None
+        offsets, stride = _offsets(layout)
+        mapping = self._open(path)
+        if mapping is None or (slot + 1) * stride > len(mapping):
+            return None
+        return _views(mapping, layout, offsets, slot * stride)
 
     def _open(self, path):
         with self._lock:
