@@ -369,11 +369,17 @@ def direct_sampler(stream, replay):
             out['consec'].fill(0)
         return data
 
+    cache = [None, None]  # `replay.layout`'s answer and the slot layout.
+
     def direct():
         if stream.pending is not None:
             return None  # A cut in progress (a restored position).
-        layout = tuple((k, d.str, s) for k, d, s in replay.layout(batch))
-        return layout + (('consec', '<i4', (batch, replay.length)),), sample
+        layout = replay.layout(batch)
+        if cache[0] is not layout:
+            cache[:] = layout, tuple(
+                (k, d.str, s) for k, d, s in layout) + (
+                ('consec', '<i4', (batch, replay.length)),)
+        return cache[1], sample
 
     return direct
 
