@@ -51,7 +51,8 @@ COMMON = ('--configs', 'debug', '--task', 'dummy_disc',
           '--logger.outputs', 'jsonl')
 
 
-def main(argv=None):
+def make_parser():
+    """The benchmark's command-line flags."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--envs', type=int, nargs='+', default=[1, 4, 8, 16])
     parser.add_argument(
@@ -75,6 +76,11 @@ def main(argv=None):
         '--rounds', type=int, default=0,
         help='rounds of every row (default: 3 with --old, else 1)')
     parser.add_argument('--markdown', type=str, default='')
+    return parser
+
+
+def main(argv=None):
+    parser = make_parser()
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.old else 1)
     for setting in args.agent:

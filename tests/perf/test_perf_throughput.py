@@ -1,0 +1,59 @@
+"""The throughput benchmark's side-by-side mode (`--old REV`)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from embodied.perf import throughput
+
+
+def measured(fps, cpu):
+    return dict(runner='parallel', name='x', env_fps=fps, train_fps=0.0,
+                latency_ms=1.0, cpu_per_step=cpu / 1000, first_step=1.0)
+
+
+def test_compare_gives_every_round_and_the_ratio_of_medians():
+    rows = [('parallel', 'random, 16 envs, 8/worker', ())]
+    results = {
+        ('abc123', rows[0][1]): [measured(f, 0.5) for f in (100, 300, 200)],
+        ('', rows[0][1]): [measured(f, 0.4) for f in (330, 110, 220)],
+    }
+    table = throughput.compare(rows, results, 'abc123', 3)
+    assert '3 alternating rounds' in table
+    line = table.splitlines()[-1]
+    cells = [c.strip() for c in line.strip('|').split('|')]
+    assert cells[:2] == ['parallel', 'random, 16 envs, 8/worker']
+    assert cells[2] == '100, 300, 200' and cells[3] == '330, 110, 220'
+    assert cells[4] == '1.10'  # 220 / 200.
+    assert cells[5] == '0.50, 0.50, 0.50' and cells[7] == '0.80'
+
+
+def test_plan_has_the_dreamer_rows_only_when_asked():
+    plain = throughput.plan(throughput.make_parser().parse_args(
+        ['--envs', '16', '--per_worker', '1', '8']))
+    assert [name for _, name, _ in plain][:2] == [
+        'random, 16 envs, 1/worker', 'random, 16 envs, 8/worker']
+    assert not any('dreamerv3' in name for _, name, _ in plain)
+    dreamer = throughput.plan(throughput.make_parser().parse_args(
+        ['--skip_random', '--skip_agent', '--dreamer', '--agent', '16x8']))
+    (kind, name, flags), = dreamer
+    assert kind == 'parallel' and 'dreamerv3' in name
+    assert list(flags[:2]) == ['--agent_impl', 'dreamerv3']
+
+
+def test_an_unknown_revision_is_a_usage_error():
+    result = subprocess.run(
+        [sys.executable, '-m', 'embodied.perf.throughput', '--old',
+         'no-such-revision-here', '--skip_agent', '--envs', '1',
+         '--per_worker', '1', '--seconds', '1'],
+        cwd=throughput.ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert 'no-such-revision-here' in result.stderr
+
+
+@pytest.mark.parametrize('setting', ['16', '16x', 'x8', '16-8'])
+def test_a_malformed_agent_setting_is_a_usage_error(setting):
+    with pytest.raises(SystemExit) as error:
+        throughput.main(['--agent', setting])
+    assert error.value.code == 2
