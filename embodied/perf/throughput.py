@@ -70,6 +70,9 @@ def make_parser():
         '--dreamer', action='store_true',
         help='also DreamerV3 at debug in parallel, per --agent setting')
     parser.add_argument(
+        '--dreamer_seconds', type=float, default=120,
+        help='run.duration of the DreamerV3 rows, which compile first')
+    parser.add_argument(
         '--old', type=str, default='',
         help='also measure the tree of this git revision, side by side')
     parser.add_argument(
@@ -104,9 +107,9 @@ def main(argv=None):
             order = list(trees.items())
             if index % 2:
                 order.reverse()
-            for kind, name, flags in rows:
+            for kind, name, flags, seconds in rows:
                 for tree, root in order:
-                    measured = MEASURE[kind](name, args.seconds, root, *flags)
+                    measured = MEASURE[kind](name, seconds, root, *flags)
                     results.setdefault((tree, name), []).append(measured)
                     label = f'@{tree}' if tree else 'working tree'
                     print(f'round {index + 1}/{rounds} {label}: '
@@ -115,23 +118,24 @@ def main(argv=None):
     if args.old:
         table = compare(rows, results, args.old, rounds)
     else:
-        table = markdown([results[('', name)][0] for _, name, _ in rows])
+        table = markdown([results[('', name)][0] for _, name, *_ in rows])
     print(table)
     if args.markdown:
         pathlib.Path(args.markdown).write_text(table + '\n')
 
 
 def plan(args):
-    """The rows as (kind, name, flags)."""
+    """The rows as (kind, name, flags, seconds)."""
     rows = []
     for envs in ([] if args.skip_random else args.envs):
         for per_worker in args.per_worker:
             if per_worker > envs:
                 continue
-            rows.append(('parallel', f'random, {envs} envs, {per_worker}/worker', (
+            name = f'random, {envs} envs, {per_worker}/worker'
+            rows.append(('parallel', name, (
                 '--random_agent', 'True', '--run.envs', envs,
                 '--run.envs_per_worker', per_worker,
-                '--run.actor_batch', max(1, envs // 2))))
+                '--run.actor_batch', max(1, envs // 2)), args.seconds))
     for setting in ([] if args.skip_agent else args.agent):
         envs, per_worker = (int(x) for x in setting.split('x'))
         flags = ('--agent_impl', 'testing', '--run.envs', envs,
@@ -140,8 +144,8 @@ def plan(args):
         name = f'test agent, ratio {args.train_ratio:g}, {envs} envs'
         rows.append(('parallel', f'{name}, {per_worker}/worker', (
             *flags, '--run.envs_per_worker', per_worker,
-            '--run.actor_batch', max(1, envs // 2))))
-        rows.append(('train', name, flags))
+            '--run.actor_batch', max(1, envs // 2)), args.seconds))
+        rows.append(('train', name, flags, args.seconds))
     for setting in (args.agent if args.dreamer else []):
         envs, per_worker = (int(x) for x in setting.split('x'))
         rows.append(('parallel', (
@@ -150,7 +154,7 @@ def plan(args):
             '--agent_impl', 'dreamerv3', '--run.envs', envs,
             '--run.train_ratio', args.train_ratio,
             '--run.envs_per_worker', per_worker,
-            '--run.actor_batch', max(1, envs // 2))))
+            '--run.actor_batch', max(1, envs // 2)), args.dreamer_seconds))
     return rows
 
 
@@ -298,7 +302,7 @@ def compare(rows, results, old, rounds):
         f'| env steps/s ratio | CPU ms/env step {old} | CPU ms/env step '
         f'working tree | CPU ratio |',
         '|' + '---|' * 8]
-    for kind, name, _ in rows:
+    for kind, name, *_ in rows:
         a, b = results[(old, name)], results[('', name)]
         lines.append(
             f"| {kind} | {name} | {fps(a)} | {fps(b)} | "

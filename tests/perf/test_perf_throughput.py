@@ -14,7 +14,7 @@ def measured(fps, cpu):
 
 
 def test_compare_gives_every_round_and_the_ratio_of_medians():
-    rows = [('parallel', 'random, 16 envs, 8/worker', ())]
+    rows = [('parallel', 'random, 16 envs, 8/worker', (), 15)]
     results = {
         ('abc123', rows[0][1]): [measured(f, 0.5) for f in (100, 300, 200)],
         ('', rows[0][1]): [measured(f, 0.4) for f in (330, 110, 220)],
@@ -32,14 +32,15 @@ def test_compare_gives_every_round_and_the_ratio_of_medians():
 def test_plan_has_the_dreamer_rows_only_when_asked():
     plain = throughput.plan(throughput.make_parser().parse_args(
         ['--envs', '16', '--per_worker', '1', '8']))
-    assert [name for _, name, _ in plain][:2] == [
+    assert [name for _, name, *_ in plain][:2] == [
         'random, 16 envs, 1/worker', 'random, 16 envs, 8/worker']
-    assert not any('dreamerv3' in name for _, name, _ in plain)
+    assert not any('dreamerv3' in name for _, name, *_ in plain)
     dreamer = throughput.plan(throughput.make_parser().parse_args(
         ['--skip_random', '--skip_agent', '--dreamer', '--agent', '16x8']))
-    (kind, name, flags), = dreamer
+    (kind, name, flags, seconds), = dreamer
     assert kind == 'parallel' and 'dreamerv3' in name
     assert list(flags[:2]) == ['--agent_impl', 'dreamerv3']
+    assert seconds == 120  # --dreamer_seconds: compiling comes first.
 
 
 def test_an_unknown_revision_is_a_usage_error():
