@@ -100,8 +100,9 @@ def slot_role():
     args = arguments.with_defaults(dict(
         logdir='/tmp/unused', batch_size=BATCH, batch_length=LENGTH,
         train_ratio=0, wait_report=60))
-    role = ReplayRole(embodied.replay.Replay(LENGTH, 10_000),
-                      embodied.replay.Replay(LENGTH, 10_000), main_stream, args)
+    role = ReplayRole(
+        embodied.replay.Replay(LENGTH, 10_000),
+        embodied.replay.Replay(LENGTH, 10_000), main_stream, args)
     for t in range(60):
         role.add_batch(rows([0, 1], t))
     return role
