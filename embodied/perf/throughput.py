@@ -25,7 +25,9 @@ revision's tree is exported to a temporary folder and every row runs there
 and here, one after the other, in `--rounds` rounds (the order alternates
 from round to round, so that other load hits both alike). Each round prints
 its figures; the table gives per row the figures of every round and the
-ratio of the medians (working tree / REV):
+ratio of the medians (working tree / REV), and a second table the CPU per
+env step of each process of the parallel runs (launcher, agent, replay,
+logger, env workers; named by the pids the launcher prints):
 
     python -m embodied.perf.throughput --old ebfdc8b --rounds 3 \\
         --envs 16 --per_worker 1 8 --skip_agent --seconds 15
@@ -113,7 +115,8 @@ def main(argv=None):
                     results.setdefault((tree, name), []).append(measured)
                     label = f'@{tree}' if tree else 'working tree'
                     print(f'round {index + 1}/{rounds} {label}: '
-                          f'{format_row(measured)}', flush=True)
+                          f'{format_row(measured)}{format_roles(measured)}',
+                          flush=True)
 
     if args.old:
         table = compare(rows, results, args.old, rounds)
@@ -170,9 +173,10 @@ def export(revision, path):
 
 def measure_parallel(name, seconds, root, *flags):
     with tempfile.TemporaryDirectory() as tmp:
-        output, cpu, wall = launch(
+        output, used, pid = launch(
             root, 'embodied.run.parallel', seconds, '--script', 'parallel',
             '--logdir', os.path.join(tmp, 'run'), *flags)
+    cpu = sum(used.values())
     summary = re.findall(r'\[Summary\] (.*)', output)
     if not summary:
         raise RuntimeError(f'{name}: no summary line:\n{output[-3000:]}')
@@ -184,15 +188,18 @@ def measure_parallel(name, seconds, root, *flags):
         train_fps=float(values['train_fps']),
         latency_ms=float(values['policy_batch_ms']),
         cpu_per_step=cpu / max(1.0, steps),
-        first_step=float(values['first_step_s']))
+        first_step=float(values['first_step_s']),
+        roles={role: seconds / max(1.0, steps)
+               for role, seconds in by_role(output, used, pid).items()})
 
 
 def measure_train(name, seconds, root, *flags):
     with tempfile.TemporaryDirectory() as tmp:
         logdir = os.path.join(tmp, 'run')
-        output, cpu, wall = launch(
+        output, used, _ = launch(
             root, 'embodied.main', seconds, '--script', 'train',
             '--logdir', logdir, '--run.log_every', '2', *flags)
+        cpu = sum(used.values())
         rows = read_metrics(logdir)
     policy = [r['fps/policy'] for r in rows if r.get('fps/policy')]
     train = [r['fps/train'] for r in rows if r.get('fps/train')]
@@ -213,29 +220,50 @@ MEASURE = {'parallel': measure_parallel, 'train': measure_train}
 
 def launch(root, module, seconds, *flags):
     """Runs a command of the tree at `root` for `seconds` of run.duration;
-    returns its output and the CPU seconds its whole process tree used."""
+    returns its output, the CPU seconds of each process of its tree
+    ({pid: seconds}) and the pid of its first process."""
     flags = [str(x) for x in (*COMMON, '--run.steps', '1e9',
                               '--run.duration', seconds, *flags)]
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'JAX_PLATFORMS': 'cpu',
            'PYTHONPATH': str(root) + os.pathsep + os.environ.get(
                'PYTHONPATH', '')}
-    start = time.monotonic()
     with tempfile.TemporaryFile('w+') as log:
         proc = subprocess.Popen(
             [sys.executable, '-m', module, *flags], cwd=root, env=env,
             stdout=log, stderr=subprocess.STDOUT)
-        cpu = track_cpu(proc, timeout=seconds + 180)
+        used = track_cpu(proc, timeout=seconds + 180)
         log.seek(0)
         output = log.read()
     if proc.returncode != 0:
         raise RuntimeError(
             f'{module} in {root} exited with {proc.returncode}:\n'
             f'{output[-3000:]}')
-    return output, cpu, time.monotonic() - start
+    return output, used, proc.pid
+
+
+ROLES = ('launcher', 'agent', 'replay', 'logger', 'env workers', 'other')
+
+
+def by_role(output, used, launcher):
+    """CPU seconds per role of a parallel run, from the pids its launcher
+    prints (`Workers: Agent (pid 12), ...`); the launcher is the root
+    process, a process it does not name (e.g. a restarted env worker, a
+    helper process) counts as `other`."""
+    names = {}
+    for line in re.findall(r'Workers: (.*)', output):
+        for name, pid in re.findall(r'(\w[\w-]*) \(pid (\d+)\)', line):
+            role = 'env workers' if name.startswith('Env') else name.lower()
+            names[int(pid)] = role if role in ROLES else 'other'
+    result = dict.fromkeys(ROLES, 0.0)
+    for pid, seconds in used.items():
+        role = 'launcher' if pid == launcher else names.get(pid, 'other')
+        result[role] += seconds
+    return result
 
 
 def track_cpu(proc, timeout):
-    """Polls the process tree until it exits; returns its CPU seconds."""
+    """Polls the process tree until it exits; returns the CPU seconds of
+    each of its processes ({pid: seconds})."""
     root = psutil.Process(proc.pid)
     used = {}
     deadline = time.monotonic() + timeout
@@ -254,7 +282,7 @@ def track_cpu(proc, timeout):
             pass
         time.sleep(0.25)
     proc.wait()
-    return sum(used.values())
+    return used
 
 
 def read_metrics(logdir):
@@ -309,7 +337,34 @@ def compare(rows, results, old, rounds):
             f"{median(b, 'env_fps') / median(a, 'env_fps'):.2f} | {cpu(a)} | "
             f"{cpu(b)} | "
             f"{median(b, 'cpu_per_step') / median(a, 'cpu_per_step'):.2f} |")
+    parallel = [name for kind, name, *_ in rows if kind == 'parallel']
+    measured = [m for name in parallel for tree in (old, '')
+                for m in results[(tree, name)]]
+    roles = [r for r in ROLES if any(m['roles'][r] for m in measured)]
+    if parallel:
+        lines += [
+            '', f'CPU ms per env step by process, medians ({old} → working '
+            f'tree); the launcher holds the agent\'s threads unless '
+            f'run.agent_process:', '',
+            '| setting | ' + ' | '.join(roles) + ' |',
+            '|' + '---|' * (len(roles) + 1)]
+        for name in parallel:
+            a, b = results[(old, name)], results[('', name)]
+            cells = [
+                f"{statistics.median(m['roles'][r] for m in a) * 1000:.3f} → "
+                f"{statistics.median(m['roles'][r] for m in b) * 1000:.3f}"
+                for r in roles]
+            lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
+
+
+def format_roles(row):
+    """' (CPU ms/env step: agent 0.12, ...)' for a parallel row."""
+    if not row.get('roles'):
+        return ''
+    return ' (CPU ms/env step: ' + ', '.join(
+        f'{role} {1000 * value:.3f}' for role, value in row['roles'].items()
+        if value) + ')'
 
 
 if __name__ == '__main__':
