@@ -150,7 +150,7 @@ class ReplayRole:
             batch = self._sample_train()
             return batch if batch is None else self.slot_writer.write(
                 target, batch)
-        batch = self._sample_train(views)
+        batch = self._sample_train(lambda: direct[1](views))
         if batch is None:
             return None
         if batch['consec'] is not views['consec']:
@@ -248,7 +248,9 @@ class ReplayRole:
         # sampler then waits for data, so inserts must not wait for it.
         return self.limiter.want_insert() or not len(self.replay_train)
 
-    def _sample_train(self, out=None):
+    def _sample_train(self, sample=None):
+        """The next train batch once the limiter allows, from `sample()`
+        if given, else from the train stream. None when released."""
         limiter, counts = self.limiter, self.counts
         start = time.monotonic()
         with elements.timer.section('replay_sample_wait'):
@@ -273,9 +275,9 @@ class ReplayRole:
         self._wait_sum('sample_wait_dur', waited)
         counts['sample_wait_seconds'] += waited
         counts['samples'] += self.batch_size
-        if out is None:
+        if sample is None:
             return next(self.stream_train)  # The replay is thread-safe.
-        return self._direct()[1](out)
+        return sample()
 
     def _wait_sum(self, key, seconds):
         # Summed here and read by `metrics`: an `elements.Agg.add` per batch
