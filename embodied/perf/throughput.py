@@ -111,9 +111,15 @@ def main(argv=None):
                 order.reverse()
             for kind, name, flags, seconds in rows:
                 for tree, root in order:
-                    measured = MEASURE[kind](name, seconds, root, *flags)
-                    results.setdefault((tree, name), []).append(measured)
                     label = f'@{tree}' if tree else 'working tree'
+                    results.setdefault((tree, name), [])
+                    try:
+                        measured = MEASURE[kind](name, seconds, root, *flags)
+                    except RuntimeError as e:  # Reported, the others go on.
+                        print(f'round {index + 1}/{rounds} {label}: {name} '
+                              f'failed: {e}', flush=True)
+                        continue
+                    results[(tree, name)].append(measured)
                     print(f'round {index + 1}/{rounds} {label}: '
                           f'{format_row(measured)}{format_roles(measured)}',
                           flush=True)
@@ -121,7 +127,8 @@ def main(argv=None):
     if args.old:
         table = compare(rows, results, args.old, rounds)
     else:
-        table = markdown([results[('', name)][0] for _, name, *_ in rows])
+        table = markdown([results[('', name)][0] for _, name, *_ in rows
+                          if results[('', name)]])
     print(table)
     if args.markdown:
         pathlib.Path(args.markdown).write_text(table + '\n')
@@ -332,12 +339,18 @@ def compare(rows, results, old, rounds):
         '|' + '---|' * 8]
     for kind, name, *_ in rows:
         a, b = results[(old, name)], results[('', name)]
+        if not (a and b):
+            lines.append(f'| {kind} | {name} | {fps(a) or "failed"} | '
+                         f'{fps(b) or "failed"} | – | {cpu(a) or "failed"} | '
+                         f'{cpu(b) or "failed"} | – |')
+            continue
         lines.append(
             f"| {kind} | {name} | {fps(a)} | {fps(b)} | "
             f"{median(b, 'env_fps') / median(a, 'env_fps'):.2f} | {cpu(a)} | "
             f"{cpu(b)} | "
             f"{median(b, 'cpu_per_step') / median(a, 'cpu_per_step'):.2f} |")
-    parallel = [name for kind, name, *_ in rows if kind == 'parallel']
+    parallel = [name for kind, name, *_ in rows if kind == 'parallel'
+                and results[(old, name)] and results[('', name)]]
     measured = [m for name in parallel for tree in (old, '')
                 for m in results[(tree, name)]]
     roles = [r for r in ROLES if any(m['roles'][r] for m in measured)]

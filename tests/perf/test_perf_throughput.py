@@ -36,6 +36,16 @@ def test_compare_gives_every_round_and_the_ratio_of_medians():
                        '0.250 → 0.200 |')  # Roles without CPU left out.
 
 
+def test_a_row_that_failed_in_one_tree_says_so():
+    rows = [('parallel', 'dreamerv3', (), 120)]
+    results = {('abc123', 'dreamerv3'): [],
+               ('', 'dreamerv3'): [measured(10, 5.0)]}
+    table = throughput.compare(rows, results, 'abc123', 1)
+    assert '| parallel | dreamerv3 | failed | 10 | – | failed | 5.00 | – |' \
+        in table
+    assert 'by process' not in table  # No row to break down.
+
+
 def test_cpu_is_attributed_to_the_roles_the_launcher_names():
     output = ('Launching 4 workers ...\nWorkers: Agent (pid 11), Replay '
               '(pid 12), Logger (pid 13), Env00000-00007 (pid 14), '
