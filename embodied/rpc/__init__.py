@@ -7,7 +7,7 @@ request numbers, wire encoding), so the original's env processes and any
 that cost a small machine most: the client socket's loop (measured: 8
 idle portal clients burn 0.16-0.20 s of CPU per 3 s, ours 0.00-0.01 s;
 a run holds a dozen clients) and the encoder (about 6% more env steps/s,
-README's performance notes). That needs portal's private classes
+docs/benchmarks.md). That needs portal's private classes
 (`ClientSocket._loop`, `ServerSocket._recv`/`_handshake`, the attributes
 `portal.Client.__init__` sets, `packlib`), which a portal release may change
 without notice. Owning the whole protocol would mean rewriting sockets,

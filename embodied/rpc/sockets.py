@@ -109,7 +109,7 @@ class ServerSocket(server_socket.ServerSocket):
             if self.refused <= _REPORTED_REFUSALS:
                 print(f'{self.name}: refused a connection from '
                       f'{conn.addr[0]}:{conn.addr[1]} without the run\'s '
-                      f'secret (see run.auth in the README).', flush=True)
+                      f'secret (see run.auth in docs/faults.md).', flush=True)
             self._disconnect(conn, PermissionError('wrong handshake'))
         elif kind == 'control':
             self.control.add(conn.addr)
