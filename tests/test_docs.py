@@ -41,7 +41,7 @@ def test_readme_links_reach_pages_and_headings():
     assert local, links
     for link in local:
         path, _, anchor = link.partition('#')
-        target = launch.ROOT / path
+        target = launch.ROOT / (path or 'README.md')
         assert target.exists(), link
         if anchor:
             assert anchor in anchors(target), (link, sorted(anchors(target)))
