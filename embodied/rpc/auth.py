@@ -183,9 +183,9 @@ def refusal_message(client, server, addr):
     """What a refused peer prints: who refused it, why, and what to set."""
     server = server or 'the server'
     return (
-        f'{client}: {server} at {addr} refused the connection: this command\'s '
-        f'run secret differs from the run\'s (wrong or missing secret). Give '
-        f'this command the main command\'s secret: set {ENV_VAR} to the same '
-        f'value for both, e.g. {ENV_VAR}=$(cat MAIN_LOGDIR/secret) when the '
-        f'main command made one, or start it with the main command\'s '
-        f'--logdir when both machines share that folder.')
+        f'{client}: {server} at {addr} refused this command: its run secret '
+        f'differs (wrong or missing secret). Set {ENV_VAR} to the main '
+        f'command\'s secret, e.g. {ENV_VAR}="$(cat MAIN_LOGDIR/secret)" '
+        f'when the main command keeps it in its logdir, or, where both '
+        f'commands share a logdir, start this one with the main command\'s '
+        f'--logdir.')

@@ -313,8 +313,10 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
             client.close(1)
             refusal = client.socket.refusal
             if refusal:
-                raise Refused(f'{refusal} Gave up after {timeout} s '
-                              f'(run.connect_timeout).')
+                raise Refused(
+                    f'{name}: gave up after {timeout} s (run.connect_timeout): '
+                    f'the server at {addr} kept refusing this command\'s run '
+                    f'secret (see above).')
             raise Unreachable(
                 f'{name}: no server at {addr} after {timeout} s '
                 f'(run.connect_timeout).')

@@ -74,8 +74,10 @@ class SyncClient:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 if refusal:
-                    raise Refused(f'{refusal} Gave up after {timeout} s '
-                                  f'(run.connect_timeout).')
+                    raise Refused(
+                        f'{name}: gave up after {timeout} s '
+                        f'(run.connect_timeout): the server at {addr} kept '
+                        f'refusing this command\'s run secret (see above).')
                 raise Unreachable(
                     f'{name}: no server at {addr} after {timeout} s '
                     f'(run.connect_timeout).')
