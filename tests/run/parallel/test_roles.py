@@ -18,7 +18,7 @@ from embodied.rpc import auth
 from embodied.run.parallel import roles
 from tests.run.parallel.test_parallel import COMMON
 
-ENVS = ('--run.envs', '1', '--run.eval_envs', '0')
+ENVS = ('--run.envs', '1', '--run.eval_envs', '0', '--run.actor_batch', '1')
 
 
 class Command:
@@ -102,9 +102,10 @@ def test_env_command_with_wrong_secret_says_so_once_and_ends(
                         auth=auth.Credentials.from_secret('the-runs-secret'))
     server.bind('act', lambda data: data, batch=1)
     with server:
+        port = server.port
         envs = commands(
             tmp_path / 'envs', 'parallel_envs', *ENVS,
-            '--run.actor_addr', f'127.0.0.1:{server.port}',
+            '--run.actor_addr', f'127.0.0.1:{port}',
             '--run.connect_timeout', '20', secret='another-secret')
         assert envs.wait(240) == rpc.supervisor.EXIT_REFUSED
         refused = server.stats()['refused']
@@ -114,7 +115,7 @@ def test_env_command_with_wrong_secret_says_so_once_and_ends(
     assert len(lines) <= 12, output
     said = [line for line in lines if 'refused this command' in line]
     assert len(said) == 1, output
-    assert f'Actor at 127.0.0.1:{server.port}' in said[0]
+    assert f'Actor at 127.0.0.1:{port}' in said[0]
     assert 'EMBODIED_SECRET' in said[0] and '--logdir' in said[0]
     assert 'gave up after 20 s (run.connect_timeout)' in output
     assert 'parallel_envs: ending with exit code 77' in output
