@@ -41,9 +41,9 @@ def secret_hint(args, origin):
     if origin == 'env':
         return f'run it with the same {auth.ENV_VAR} as this command'
     path = os.path.join(str(args.logdir), 'secret')
-    return (f'on a machine that shares this logdir, as is; elsewhere, '
-            f'prefix it with {auth.ENV_VAR}="$(cat {path})" (copy the '
-            f'value, it is the run\'s secret)')
+    return (f'on a machine that shares this logdir it reads {path} as is; '
+            f'elsewhere, prefix the command with {auth.ENV_VAR}=<the '
+            f'contents of {path}>')
 
 
 def command(script, argv=None):
@@ -102,11 +102,12 @@ def no_envs_message(args, status, origin, argv=None):
             f'{args.connect_timeout} s (run.connect_timeout).')
     refused = int(status.get('server/refused', 0))
     if refused:
-        peers = ', '.join(status.get('refused_from', ())) or 'unknown peers'
+        hosts = dict.fromkeys(
+            peer.rsplit(':', 1)[0] for peer in status.get('refused_from', ()))
         text += (f' The actor refused {refused} connection'
                  f'{"s" if refused != 1 else ""} with a wrong or missing '
-                 f'secret, the last from {peers}: those commands have '
-                 f'another run secret.')
+                 f'secret, from {", ".join(hosts) or "unknown peers"}: '
+                 f'commands started with another run secret.')
     cmd = command('parallel_envs', argv) or (
         'python -m embodied.main --script parallel_envs <this run\'s flags>')
     return (f'{text} Start env workers with: {cmd} ({secret_hint(args, origin)}).')

@@ -143,11 +143,15 @@ def test_main_run_names_refused_envs_and_the_command_to_start_them(
     assert len(start) == 1, output[-3000:]
     assert '--script parallel_envs' in start[0]
     assert '--run.remote_envs' not in start[0]
-    assert f'secret' in output and str(tmp_path / 'main' / 'secret') in output
+    assert 'EMBODIED_SECRET=<the contents of ' \
+        f'{tmp_path / "main" / "secret"}>' in output
+    assert 'Traceback' not in output
+    assert main.code == rpc.supervisor.EXIT_UNREACHABLE
     match = re.search(
         rf'No env worker reached the actor at 127.0.0.1:{port} within 15 s '
         r'\(run.connect_timeout\)\. The actor refused (\d+) connections? with '
-        r'a wrong or missing secret, the last from (127\.0\.0\.1:\d+)', output)
+        r'a wrong or missing secret, from 127\.0\.0\.1: commands started '
+        r'with another run secret', output)
     assert match, output[-3000:]
     assert 'Start env workers with: python -m embodied.main --script ' \
            'parallel_envs' in output
