@@ -179,6 +179,13 @@ def read_verdict(sock):
     return verdict
 
 
+def still_refused(client, server, addr):
+    """The shorter line for a refusal that was reported before."""
+    return (f'{client}: {server or "the server"} at {addr} still refuses '
+            f'this command\'s run secret (see above); retrying until '
+            f'run.connect_timeout.')
+
+
 def refusal_message(client, server, addr):
     """What a refused peer prints: who refused it, why, and what to set."""
     server = server or 'the server'

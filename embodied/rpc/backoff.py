@@ -61,14 +61,17 @@ class Backoff:
         self.attempts = 0
         self.since = None
 
-    def report(self, reason, text):
-        """Prints `text` unless `reason` was printed within `every` seconds;
-        returns whether it printed."""
+    def report(self, reason, text, again=None):
+        """Prints `text` unless `reason` was printed within `every` seconds
+        (`again` instead of `text` when it was printed before); returns
+        whether it printed."""
         now = time.monotonic()
         last, count = self._printed.get(reason, (None, 0))
         if last is not None and now - last < self.every:
             self._printed[reason] = (last, count + 1)
             return False
+        if last is not None and again:
+            text = again
         if count:
             text += f' ({count} more times in the last {now - last:.0f} s)'
         self._printed[reason] = (now, 0)

@@ -86,16 +86,13 @@ class ClientSocket(client_socket.ClientSocket):
                 if verdict:
                     accepted, server = auth.read_verdict(sock)
                     if not accepted:
-                        raise Refused(auth.refusal_message(
-                            self.name, server,
-                            f'{host}:{port}'))
+                        raise Refused(server)
                 sock.settimeout(0)
                 self.refusal = None
                 self.backoff.reset()
                 return sock
             except Refused as e:
-                self.refusal = str(e)
-                self.backoff.report('refused', self.refusal)
+                self._report_refusal(str(e), f'{host}:{port}')
             except (OSError, socket.gaierror):
                 pass
             sock.close()
@@ -195,11 +192,14 @@ class ClientSocket(client_socket.ClientSocket):
         verdict = auth.parse_verdict(msg)
         if verdict is None or verdict[0]:
             return False
-        self.refusal = auth.refusal_message(
-            self.name, verdict[1], f'{self.addr[0]}:{self.addr[1]}')
-        self.backoff.report('refused', self.refusal)
+        self._report_refusal(verdict[1], f'{self.addr[0]}:{self.addr[1]}')
         self._sleep(self.backoff.next_delay())
         return True
+
+    def _report_refusal(self, server, addr):
+        self.refusal = auth.refusal_message(self.name, server, addr)
+        self.backoff.report('refused', self.refusal, auth.still_refused(
+            self.name, server, addr))
 
 
 class Client(portal.Client):

@@ -68,7 +68,8 @@ class SyncClient:
                 sock = _try_connect(host, int(port), ipv6, handshake, verdict)
             except Refused as e:
                 sock, refusal = None, auth.refusal_message(name, str(e), addr)
-                backoff.report('refused', refusal)
+                backoff.report('refused', refusal, auth.still_refused(
+                    name, str(e), addr))
             if sock:
                 return cls(sock, addr, name)
             now = time.monotonic()

@@ -236,9 +236,9 @@ def test_backoff_grows_and_reports_each_reason_once_per_interval(capsys):
     assert not backoff.report('lost', 'lost it')
     assert backoff.report('refused', 'refused')
     time.sleep(0.35)
-    assert backoff.report('lost', 'lost it')
+    assert backoff.report('lost', 'lost it', again='still lost')
     backoff.reset()
     assert backoff.next_delay() == 0.1
     out = capsys.readouterr().out.splitlines()
     assert out[0] == 'lost it' and out[1] == 'refused'
-    assert out[2].startswith('lost it (1 more times in the last')
+    assert out[2].startswith('still lost (1 more times in the last')
