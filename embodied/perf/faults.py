@@ -184,9 +184,12 @@ class Command:
             time.sleep(0.05)
 
     def summary(self, since=None):
+        """Exit code, seconds to exit (from its start or from `since`),
+        lines written and CPU seconds in all."""
         seconds = self.seconds if since is None else (
             self.start + self.seconds - since)
-        return (f'exit {self.code} after {seconds:.0f} s, {self.lines()} '
+        after = 'after its start' if since is None else 'after the kill'
+        return (f'exit {self.code} {seconds:.0f} s {after}, {self.lines()} '
                 f'lines, {self.cpu:.1f} CPU s')
 
 
@@ -263,8 +266,8 @@ def fault_main_killed(tmp, timeout):
                     lost='-', killed=[])
     since, lines = killed_at[0]
     return dict(happened=f'main SIGKILLed after step 100; envs: '
-                         f'{envs.summary(since)} after the kill '
-                         f'({envs.lines() - lines} lines after it)',
+                         f'{envs.summary(since)} '
+                         f'({envs.lines() - lines} of them after it)',
                 lost='-', killed=[])
 
 
