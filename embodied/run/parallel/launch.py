@@ -309,10 +309,17 @@ class _Launch:
                 now = time.monotonic()
                 if timeout is not None and now - begin > timeout:
                     client.close(1)
+                    if client.socket.refusal:
+                        hint = roles.secret_hint(self.args, self.secret_origin)
+                        raise rpc.Refused(
+                            f'The {role} at {addr} kept refusing this '
+                            f'command\'s run secret for {timeout} s '
+                            f'(run.connect_timeout); start it with this '
+                            f'run\'s secret: {hint}.')
                     raise rpc.Unreachable(
                         f'The {role} at {addr} did not come up within '
                         f'{timeout} s (run.connect_timeout).')
-                if now >= next_report:
+                if now >= next_report and not client.socket.refusal:
                     next_report = now + self.args.wait_report
                     print(f'Launcher: waiting for the {role} at {addr} for '
                           f'{now - begin:.0f} s '
