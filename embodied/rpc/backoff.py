@@ -12,11 +12,17 @@ seconds instead of one per attempt:
         backoff.wait()              # 0.1, 0.2, 0.4, ... 5, 5, ... seconds
     backoff.reset()                 # connected: the next trouble starts over
 
+Where no server listens yet, an attempt costs next to nothing, and a role
+started before its server should not miss a short run: those waits pass
+`cap=NO_SERVER_WAIT`.
+
 `report` prints a reason's text when that reason was not printed within
 `every` seconds, noting how often it happened in between.
 """
 
 import time
+
+NO_SERVER_WAIT = 1.0  # Longest wait between attempts that found no server.
 
 
 class Backoff:
@@ -32,19 +38,21 @@ class Backoff:
         self.since = None          # When the trouble began (monotonic).
         self._printed = {}         # reason -> (time printed, count since)
 
-    def next_delay(self):
-        """The delay `wait` sleeps next; grows it for the one after."""
+    def next_delay(self, cap=None):
+        """The delay `wait` sleeps next, at most `cap`; grows it for the
+        one after."""
         if self.since is None:
             self.since = time.monotonic()
-        delay = self.delay
+        delay = self.delay if cap is None else min(cap, self.delay)
         self.delay = min(self.limit, self.delay * self.factor)
         self.attempts += 1
         return delay
 
-    def wait(self, stop=None, deadline=None):
-        """Sleeps the next delay, less when `deadline` (monotonic) comes
-        first; returns early with True when the `stop` event is set."""
-        delay = self.next_delay()
+    def wait(self, stop=None, deadline=None, cap=None):
+        """Sleeps the next delay (at most `cap`), less when `deadline`
+        (monotonic) comes first; returns early with True when the `stop`
+        event is set."""
+        delay = self.next_delay(cap)
         if deadline is not None:
             delay = max(0.0, min(delay, deadline - time.monotonic()))
         if stop is not None:

@@ -93,10 +93,11 @@ class ClientSocket(client_socket.ClientSocket):
                 return sock
             except Refused as e:
                 self._report_refusal(str(e), f'{host}:{port}')
+                cap = None
             except (OSError, socket.gaierror):
-                pass
+                cap = backofflib.NO_SERVER_WAIT
             sock.close()
-            self._sleep(self.backoff.next_delay())
+            self._sleep(self.backoff.next_delay(cap))
         return None
 
     def _sleep(self, seconds):

@@ -64,9 +64,11 @@ class SyncClient:
         next_report = report_every and start + report_every
         refusal = None
         while True:
+            refused = False
             try:
                 sock = _try_connect(host, int(port), ipv6, handshake, verdict)
             except Refused as e:
+                refused = True
                 sock, refusal = None, auth.refusal_message(name, str(e), addr)
                 backoff.report('refused', refusal, auth.still_refused(
                     name, str(e), addr))
@@ -87,7 +89,8 @@ class SyncClient:
                 print(f'{name}: waiting for the server at {addr} for '
                       f'{now - start:.0f} s ({wait_limit(timeout)}'
                       f').', flush=True)
-            backoff.wait(deadline=deadline)
+            backoff.wait(deadline=deadline, cap=None if refused else (
+                backofflib.NO_SERVER_WAIT))
 
     def call(self, method, *args, report_every=None, report=None):
         """Sends a request and returns the reply; every `report_every`
