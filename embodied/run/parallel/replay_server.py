@@ -17,13 +17,13 @@ every insert, sample and release, and report after `run.wait_report` s.
 
 RPC methods served: the above, and for the launcher `status`, `save`,
 `release` (waits end: the run is stopping), `shutdown`.
+RPC methods called: logger `add` (replay metrics).
 
 Started as its own command (`--script parallel_replay`), the replay gives
 up on a logger (the main run) it cannot reach, or that refuses its secret,
 for run.connect_timeout, at the start or later: it prints why and exits
 with 69 (unreachable) or 77 (refused). A main run that stops in order calls
 `shutdown` first, and the replay exits 0.
-RPC methods called: logger `add` (replay metrics).
 """
 
 import collections
