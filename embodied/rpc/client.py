@@ -89,7 +89,6 @@ class ClientSocket(client_socket.ClientSocket):
                         raise Refused(server)
                 sock.settimeout(0)
                 self.refusal = None
-                self.backoff.reset()
                 return sock
             except Refused as e:
                 self._report_refusal(str(e), f'{host}:{port}')
@@ -159,6 +158,10 @@ class ClientSocket(client_socket.ClientSocket):
                             msg = recvbuf.result()
                             if self._refused_by(msg):
                                 raise ConnectionRefusedError('refused')
+                            if self.backoff.attempts:
+                                # A reply: a server that accepts and then
+                                # drops each connection keeps its back-off.
+                                self.backoff.reset()
                             self.recvq.put(msg)
                             [x(msg) for x in self.callbacks_recv]
                             recvbuf = buffers.RecvBuffer(maxsize)
