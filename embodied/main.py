@@ -20,6 +20,7 @@ import numpy as np
 
 import embodied
 from embodied import config as configlib
+from embodied import rpc
 from embodied.run import arguments
 from embodied.run import memory
 from embodied.run import validation
@@ -64,7 +65,11 @@ def main(argv=None):
     except (UsageError, memory.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
-    run(config)
+    try:
+        run(config)
+    except rpc.Unreachable as e:  # A role that never came, or refused us.
+        print(f'error: {e}', file=sys.stderr, flush=True)
+        sys.exit(rpc.supervisor.exit_code(e))
 
 
 def parse(argv=None):

@@ -18,9 +18,16 @@ every insert, sample and release, and report after `run.wait_report` s.
 RPC methods served: the above, and for the launcher `status`, `save`,
 `release` (waits end: the run is stopping), `shutdown`.
 RPC methods called: logger `add` (replay metrics).
+
+Started as its own command (`--script parallel_replay`), the replay gives
+up on a logger (the main run) it cannot reach, or that refuses its secret,
+for run.connect_timeout, at the start or later: it prints why and exits
+with 69 (unreachable) or 77 (refused). A main run that stops in order calls
+`shutdown` first, and the replay exits 0.
 """
 
 import collections
+import multiprocessing
 import threading
 import time
 
@@ -312,7 +319,18 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
               f'({len(replay_train)} items).', flush=True)
 
     done = threading.Event()
-    logger = wiring.connect(args, 'logger', 'ReplayLogger', maxinflight=4)
+    # A separate command runs in the main process of its own command line;
+    # a launch's replay is a child of the launcher, which watches it.
+    separate = multiprocessing.parent_process() is None
+    try:
+        logger = wiring.connect(
+            args, 'logger', 'ReplayLogger', separate=separate, maxinflight=4)
+    except rpc.Unreachable as e:
+        if not separate:
+            raise
+        role.close()
+        print(f'{e} Exiting.', flush=True)
+        raise SystemExit(rpc.supervisor.exit_code(e)) from None
     should_log = embodied.LocalClock(args.log_every)
     usage = elements.Usage(**args.usage.update(nvsmi=False))
 
@@ -330,8 +348,18 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         server.bind(name, getattr(role, name))
     server.bind('shutdown', shutdown)
     server.start()
+    lost = None  # Since when the logger has been unreachable.
     try:
         while not done.wait(0.5):
+            if separate and not logger.connected:
+                lost = lost or time.monotonic()
+                if time.monotonic() - lost > args.connect_timeout:
+                    print(f'Replay: no logger at {args.logger_addr} for '
+                          f'{args.connect_timeout} s (run.connect_timeout): '
+                          f'the main run has ended. Exiting.', flush=True)
+                    raise SystemExit(rpc.supervisor.EXIT_UNREACHABLE)
+                continue
+            lost = None
             if should_log():
                 logger.add(metrics())
     finally:
