@@ -54,7 +54,7 @@ class EpisodeStats:
         images, logs = [], []
         for key, value in trans.items():
             value = np.asarray(value)
-            if is_image(value[0]) if value.ndim == 4 else False:
+            if value.ndim == 4 and is_image(value[0]):
                 images.append(key)
             elif key.startswith('log/'):
                 if value.ndim != 1:

@@ -76,8 +76,9 @@ class LoggerRole:
             self.counts['ep_ends'] += int(trans['is_last'].sum())
             for envid, evaluating in zip(envids, evals):
                 self.updated[envid] = (now, evaluating)
-            for evaluating in set(evals):
-                if len(set(evals)) == 1:
+            kinds = set(evals)
+            for evaluating in kinds:
+                if len(kinds) == 1:
                     rows, part = envids, trans
                 else:
                     index = np.flatnonzero(is_eval == evaluating)
