@@ -212,17 +212,60 @@ class CheckSpaces(base.Wrapper):
         # Spaces are fixed for an env's lifetime, so the checks are too.
         self._act_checks = _checks(env.act_space)
         self._obs_checks = _checks(env.obs_space)
+        # Whether `step` checks the obs; a caller that checks the stacked
+        # obs of several envs at once (`check_obs_batch`) turns it off.
+        self.check_obs = True
 
     def step(self, action):
         _check_values('action', action, self._act_checks)
         obs = self.env.step(action)
-        _check_values('obs', obs, self._obs_checks)
+        if self.check_obs:
+            _check_values('obs', obs, self._obs_checks)
         return obs
+
+    def stack_obs(self, obs):
+        """The obs of several envs with this env's spaces (a list of dicts)
+        stacked per key, checked together: one check per key instead of one
+        per key and env. A mismatch raises the `SpaceError` that `step`
+        would have raised, as a `BatchSpaceError` naming the index of the
+        first obs it is in."""
+        batch = None
+        if all(isinstance(v, _ARRAYS) for o in obs for v in o.values()):
+            try:
+                batch = {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+                _check_rows('obs', batch, self._obs_checks)
+                return batch
+            except Exception:
+                pass  # Found and named below, obs by obs.
+        for index, values in enumerate(obs):
+            try:
+                _check_values('obs', values, self._obs_checks)
+            except SpaceError as e:
+                raise BatchSpaceError(index, e) from None
+        # Each obs fits its space (e.g. with Python numbers among them).
+        return batch or {k: np.stack([o[k] for o in obs]) for k in obs[0]}
 
 
 class SpaceError(ValueError):
     """A value does not match its space (raised by `CheckSpaces`), as
     opposed to an error of the env itself."""
+
+
+class BatchSpaceError(SpaceError):
+    """The obs at `index` of a batch does not match its space."""
+
+    def __init__(self, index, error):
+        super().__init__(str(error))
+        self.index = index
+
+
+def find_check(env):
+    """The `CheckSpaces` among the wrappers of `env`, or None."""
+    while env is not None:
+        if isinstance(env, CheckSpaces):
+            return env
+        env = getattr(env, 'env', None)
+    return None
 
 
 def check_values(kind, values, spaces):
@@ -256,6 +299,18 @@ def _check_values(kind, values, checks):
                 f"{kind} '{key}': {problem}: expected {check.space}, got "
                 f"{_describe(value)}.")
 
+
+def _check_rows(kind, batch, checks):
+    """Like `_check_values` for values stacked along a first axis."""
+    if batch.keys() != checks.keys():
+        raise SpaceError(f'{kind}: keys differ from the space.')
+    for key, check in checks.items():
+        problem = check.rows(batch[key])
+        if problem:
+            raise SpaceError(f"{kind} '{key}': {problem}.")
+
+
+_ARRAYS = (np.ndarray, np.generic)
 
 # The reductions without numpy's Python-level wrappers (`array.min()`).
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
@@ -353,6 +408,32 @@ class _SpaceCheck:
                     return 'out of bounds'
             elif (array > high).any():
                 return 'out of bounds'
+        return None
+
+    def rows(self, array):
+        """The problem of any row of `array` (values stacked along a first
+        axis), or None."""
+        if self.text:
+            return None if np.issubdtype(array.dtype, np.str_) else (
+                'wrong type')
+        if array.shape[1:] != self.shape:
+            return 'wrong shape'
+        if array.dtype != self.dtype:
+            return 'wrong dtype'
+        if not array.size:
+            return None
+        low, high = self.low, self.high
+        if self.floating and not math.isfinite(_SUM(array, axis=None)):
+            if not np.isfinite(array).all():
+                return 'not finite'
+        if low is not None and (
+                _MIN(array, axis=None) < low if np.ndim(low) == 0
+                else (array < low).any()):
+            return 'out of bounds'
+        if high is not None and (
+                _MAX(array, axis=None) > high if np.ndim(high) == 0
+                else (array > high).any()):
+            return 'out of bounds'
         return None
 
     def _check_scalar(self, number):
