@@ -64,6 +64,35 @@ def vector_for(count):
     return (((count + offsets) % 1000) / 500 - 1).astype(np.float32)
 
 
+@functools.lru_cache(maxsize=8)
+def _image_table(size):
+    return _read_only(image_for(np.arange(256), size))
+
+
+@functools.lru_cache(maxsize=1)
+def _vector_table():
+    return _read_only(vector_for(np.arange(1000)))
+
+
+@functools.lru_cache(maxsize=1)
+def _float2d_table():
+    vectors = _vector_table()
+    return _read_only(np.broadcast_to(
+        vectors[:, :1, None], (len(vectors), 4, 5)).copy())
+
+
+@functools.lru_cache(maxsize=1)
+def _int2d_table():
+    classes = np.arange(INT2D_CLASSES, dtype=np.int32)
+    return _read_only(np.broadcast_to(
+        classes[:, None, None], (INT2D_CLASSES, 2, 3)).copy())
+
+
+def _read_only(array):
+    array.setflags(write=False)
+    return array
+
+
 class Dummy(base.Env):
     """Dummy env with a discrete (`disc`) or continuous (`cont`) action.
 
@@ -173,14 +202,15 @@ class Dummy(base.Env):
     def _obs(self, reward, is_first=False, is_last=False):
         count = self._count
         self._count += 1
-        vector = vector_for(count)
+        # Read-only rows of tables made once: the values repeat with periods
+        # 256 (image), 1000 (vector, float2d) and 4 (int2d).
         return {
-            'image': image_for(count, self.size),
-            'vector': vector,
+            'image': _image_table(self.size)[count % 256],
+            'vector': _vector_table()[count % 1000],
             'token': np.int32(count % TOKENS),
             'count': np.float32(count),
-            'float2d': np.full((4, 5), vector[0], np.float32),
-            'int2d': np.full((2, 3), count % INT2D_CLASSES, np.int32),
+            'float2d': _float2d_table()[count % 1000],
+            'int2d': _int2d_table()[count % INT2D_CLASSES],
             'reward': np.float32(reward),
             'is_first': np.bool_(is_first),
             'is_last': np.bool_(is_last),

@@ -32,6 +32,10 @@ a long-running, fault-tolerant run:
   is kept in `error`, for the owner to end the run with (`raise_error()`).
 * `postfn(info)` runs after the reply, one at a time, in request order; at
   most `max_post` results wait for it, which holds new batches back.
+* A finished job is answered from its worker thread, which also starts the
+  next batch that waits for a worker: the loop thread is woken only when a
+  partial batch then waits for its flush deadline. State shared by the loop
+  and the workers (queues, counts of running jobs) is guarded by one lock.
 * With `auth` (`auth.Credentials`), only peers that open with the run's
   token are served, and the methods named in `control` only for peers that
   opened with the launcher's control token; `max_frame` bounds the size of
@@ -57,16 +61,6 @@ _OK = (0).to_bytes(8, 'little')
 _UNKNOWN_METHOD = (3).to_bytes(8, 'little')
 _BAD_INPUT = (5).to_bytes(8, 'little')
 _FAILED = (4).to_bytes(8, 'little')
-
-
-class _Event:
-    """Something a worker thread hands to the loop thread."""
-
-    __slots__ = ('handler', 'args')
-
-    def __init__(self, handler, *args):
-        self.handler = handler
-        self.args = args
 
 
 class _Request:
@@ -123,7 +117,7 @@ class Server:
         self.error = None
         self.running = False
         self.thread = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # Method state; see _finished.
         self._started = time.monotonic()
 
     @property
@@ -211,17 +205,22 @@ class Server:
     def __exit__(self, *exc):
         self.close()
 
-    # Everything below runs in the loop thread, the only one that sends.
+    # Everything below runs in the loop thread or, for finished jobs and
+    # postfns, in their worker threads, under `_lock`.
 
     def _loop(self):
         try:
             while self.running:
-                item = self._receive(self._timeout())
+                with self._lock:
+                    timeout = self._timeout()
+                item = self._receive(timeout)
                 while item is not None:
-                    self._handle(item)
+                    with self._lock:
+                        self._handle(item)
                     item = self._receive(0)
-                for method in self.methods.values():
-                    self._dispatch(method)
+                with self._lock:
+                    for method in self.methods.values():
+                        self._dispatch(method)
         except Exception as e:
             self.error = self.error or e
             traceback.print_exc()
@@ -245,8 +244,6 @@ class Server:
         return max(0.0, deadline - now)
 
     def _handle(self, item):
-        if isinstance(item, _Event):
-            return item.handler(*item.args)
         if item is None:  # Woken to re-check pauses and answers.
             return
         addr, data = item
@@ -347,11 +344,23 @@ class Server:
                 requests = [method.queue.popleft()]
             method.running += 1
             job = method.pool.submit(self._work, method, requests)
-            job.add_done_callback(
-                lambda job, m=method, r=requests:
-                self.socket.wake(_Event(self._finish, m, r, job)))
             if method.postfn:
                 method.ordered.append(job)
+            job.add_done_callback(
+                lambda job, m=method, r=requests: self._finished(m, r, job))
+
+    def _finished(self, method, requests, job):
+        # Runs in the worker thread that ran the job (or here, if it was
+        # done before the callback was added; the lock is reentrant).
+        if job.cancelled() or not self.running:
+            return
+        with self._lock:
+            self._finish(method, requests, job)
+            self._dispatch(method)
+            if method.queue and self._can_start(method):
+                # A partial batch waits for its flush deadline, which the
+                # loop computed without this worker: let it compute again.
+                self.socket.wake(None)
 
     def _can_start(self, method):
         backlog = len(method.ordered) + len(method.posting)
@@ -424,14 +433,21 @@ class Server:
             if job.exception():
                 continue
             future = method.postpool.submit(method.postfn, job.result()[1])
-            future.add_done_callback(
-                lambda f, m=method: self.socket.wake(_Event(self._posted, m, f)))
             method.posting.append(future)
+            future.add_done_callback(
+                lambda f, m=method: self._posted(m, f))
 
     def _posted(self, method, future):
-        method.posting.remove(future)
-        if future.exception():
-            self._failed(method, future.exception(), 'postfn')
+        if future.cancelled() or not self.running:
+            return
+        with self._lock:
+            method.posting.remove(future)
+            if future.exception():
+                self._failed(method, future.exception(), 'postfn')
+            # A full backlog held batches back: start them.
+            self._dispatch(method)
+            if method.queue and self._can_start(method):
+                self.socket.wake(None)
 
     def _failed(self, method, error, what='method'):
         self.error = self.error or error

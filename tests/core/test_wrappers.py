@@ -187,6 +187,45 @@ def _set(key, value):
     return lambda obs: obs.update({key: value})
 
 
+BAD_OBS = [  # (change, expected texts) of an obs that fails its space.
+    pytest.param(
+        lambda obs: obs.pop('image'),
+        ["obs 'image': missing", 'Space(uint8, shape=(8, 8, 3)',
+         'got no such key'], id='missing'),
+    pytest.param(
+        _set('extra', np.zeros(2)),
+        ["obs 'extra': not in the obs space", "'image'",
+         'got float64 array of shape (2,)'], id='extra'),
+    pytest.param(
+        _set('image', np.full((8, 8), -1.0, np.float32)),
+        ["obs 'image': wrong shape",
+         'expected Space(uint8, shape=(8, 8, 3), low=0, high=255)',
+         'got float32 array of shape (8, 8) [min -1.0, max -1.0]'],
+        id='shape'),
+    pytest.param(
+        _set('image', np.ones((8, 8, 3), np.float32)),
+        ["obs 'image': wrong dtype", 'got float32 array of shape (8, 8, 3)'],
+        id='dtype'),
+    pytest.param(
+        _set('pos', np.float32(101)),
+        ["obs 'pos': out of bounds", 'low=0', 'high=100',
+         'got float32 scalar of shape () [min 101.0, max 101.0]'],
+        id='above'),
+    pytest.param(
+        _set('pos', np.float32(-0.5)), ["obs 'pos': out of bounds"],
+        id='below'),
+    pytest.param(
+        _set('reward', np.float32(np.nan)),
+        ["obs 'reward': not finite", 'min nan'], id='nan'),
+    pytest.param(
+        _set('reward', np.float32(np.inf)), ["obs 'reward': not finite"],
+        id='inf'),
+    pytest.param(
+        _set('reward', 'high'),
+        ["obs 'reward': wrong type", "got str 'high'"], id='type'),
+]
+
+
 class TestCheckSpaces:
 
     def test_valid_passes(self):
@@ -194,37 +233,42 @@ class TestCheckSpaces:
         obs = env.step(act(reset=True))
         assert obs['image'].shape == (8, 8, 3)
 
-    @pytest.mark.parametrize('change, expected', [
-        (lambda obs: obs.pop('image'),
-         ["obs 'image': missing", 'Space(uint8, shape=(8, 8, 3)',
-          'got no such key']),
-        (_set('extra', np.zeros(2)),
-         ["obs 'extra': not in the obs space", "'image'",
-          'got float64 array of shape (2,)']),
-        (_set('image', np.full((8, 8), -1.0, np.float32)),
-         ["obs 'image': wrong shape",
-          'expected Space(uint8, shape=(8, 8, 3), low=0, high=255)',
-          'got float32 array of shape (8, 8) [min -1.0, max -1.0]']),
-        (_set('image', np.ones((8, 8, 3), np.float32)),
-         ["obs 'image': wrong dtype", 'got float32 array of shape (8, 8, 3)']),
-        (_set('pos', np.float32(101)),
-         ["obs 'pos': out of bounds", 'low=0', 'high=100',
-          'got float32 scalar of shape () [min 101.0, max 101.0]']),
-        (_set('pos', np.float32(-0.5)), ["obs 'pos': out of bounds"]),
-        (_set('reward', np.float32(np.nan)),
-         ["obs 'reward': not finite", 'min nan']),
-        (_set('reward', np.float32(np.inf)), ["obs 'reward': not finite"]),
-        (_set('reward', 'high'),
-         ["obs 'reward': wrong type", "got str 'high'"]),
-    ], ids=[
-        'missing', 'extra', 'shape', 'dtype', 'above', 'below', 'nan', 'inf',
-        'type'])
+    @pytest.mark.parametrize('change, expected', BAD_OBS)
     def test_bad_obs(self, change, expected):
         env = wrappers.CheckSpaces(BadObsEnv(change))
         with pytest.raises(ValueError) as info:
             env.step(act(reset=True))
         for text in expected:
             assert text in str(info.value)
+
+    @pytest.mark.parametrize('change, expected', BAD_OBS)
+    def test_bad_obs_in_a_stacked_batch(self, change, expected):
+        # stack_obs checks the obs of several envs at once and names the
+        # first bad one with the message `step` gives.
+        good = wrappers.CheckSpaces(TinyEnv())
+        bad = wrappers.CheckSpaces(BadObsEnv(change))
+        obs = [good.step(act(reset=True)) for _ in range(4)]
+        obs[2] = bad.env.step(act(reset=True))  # Unchecked.
+        with pytest.raises(wrappers.BatchSpaceError) as info:
+            good.stack_obs(obs)
+        assert info.value.index == 2
+        for text in expected:
+            assert text in str(info.value)
+
+    def test_stack_obs_stacks_valid_obs(self):
+        env = wrappers.CheckSpaces(TinyEnv())
+        obs = [env.step(act(reset=True)) for _ in range(3)]
+        batch = env.stack_obs(obs)
+        assert batch.keys() == obs[0].keys()
+        for key, value in batch.items():
+            assert value.shape == (3, *np.shape(obs[0][key]))
+            np.testing.assert_array_equal(value[1], obs[1][key])
+
+    def test_stack_obs_accepts_python_numbers_that_fit(self):
+        env = wrappers.CheckSpaces(
+            BadObsEnv(_set('is_first', True)))
+        obs = [env.step(act(reset=True)) for _ in range(2)]
+        assert env.stack_obs(obs)['is_first'].tolist() == [True, True]
 
     @pytest.mark.parametrize('action, expected', [
         ({'reset': False},

@@ -116,17 +116,21 @@ def test_env_that_keeps_failing_ends_run_after_bounded_restarts(tmp_path):
 # Bad input ends the run with a clear message, after a save.
 
 
-@pytest.mark.parametrize('mode, key, problem', [
-    ('dtype', 'image', 'wrong dtype'),
-    ('shape', 'image', 'wrong shape'),
-    ('nan', 'vector', 'not finite'),
-    ('keys', 'vector', 'missing'),
+@pytest.mark.parametrize('mode, key, problem, per_worker', [
+    ('dtype', 'image', 'wrong dtype', 1),
+    ('shape', 'image', 'wrong shape', 1),
+    ('nan', 'vector', 'not finite', 1),
+    ('keys', 'vector', 'missing', 1),
+    # Two envs per worker: their obs are checked stacked, then one by one.
+    ('shape', 'image', 'wrong shape', 2),
+    ('nan', 'vector', 'not finite', 2),
 ])
 def test_bad_observation_ends_run_naming_env_and_key(
-        tmp_path, mode, key, problem):
+        tmp_path, mode, key, problem, per_worker):
     logdir = tmp_path / 'run'
     output = run_failing(
         logdir, *FAST, '--run.steps', '1e6',
+        '--run.envs_per_worker', str(per_worker),
         '--env.dummy.fail_after', '40', '--env.dummy.fail_mode', mode)
     message = re.search(
         rf"bad input, exit code 65\): BadInput: Env (\d): obs '{key}': "
