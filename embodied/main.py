@@ -22,6 +22,7 @@ import embodied
 from embodied import config as configlib
 from embodied.run import arguments
 from embodied.run import memory
+from embodied.run import replicas as replicaslib
 from embodied.run import validation
 from embodied.run import wiring
 
@@ -64,7 +65,27 @@ def main(argv=None):
     except (UsageError, memory.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
-    run(config)
+    try:
+        run(config)
+    except Exception as e:
+        if config.replicas > 1:
+            _end_replica(e)
+        raise
+
+
+def _end_replica(error):
+    """A replica that fails ends at once with exit code 1 and a message,
+    rather than waiting in JAX's shutdown for replicas that may be gone."""
+    from embodied.jax import distributed
+    if not distributed.started():
+        return
+    distributed.exit_lost(error)
+    import traceback
+    traceback.print_exc()
+    print(f'error: replica {distributed.replica()}: '
+          f'{type(error).__name__}: {error}', file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(1)
 
 
 def parse(argv=None):
@@ -80,8 +101,13 @@ def parse(argv=None):
     _check(config)
     config = config.update(logdir=config.logdir.format(
         timestamp=elements.timestamp()))
-    if 'JOB_COMPLETION_INDEX' in os.environ:
-        config = config.update(replica=int(os.environ['JOB_COMPLETION_INDEX']))
+    try:
+        config, source = replicaslib.from_scheduler(config, os.environ)
+        replicaslib.check(config)
+    except replicaslib.BadReplicas as e:
+        raise UsageError(str(e)) from None
+    if source:
+        print(source, flush=True)
     return config
 
 
@@ -199,6 +225,8 @@ def replay_spaces(config):
 
 
 def make_agent(config):
+    if config.replicas > 1 and not config.random_agent:
+        _join_replicas(config)
     env = make_env(config, 0)
     obs_space = {
         k: v for k, v in env.obs_space.items() if not k.startswith('log/')}
@@ -232,13 +260,25 @@ def make_agent(config):
     return ctor(obs_space, act_space, agent_config)
 
 
+def _join_replicas(config):
+    """Joins the run's replicas (JAX's distributed runtime), refuses a
+    replica whose config differs from replica 0's, and checks that all see
+    one logdir; in the process that builds the agent, before it is built."""
+    from embodied.jax import distributed
+    distributed.start(config)
+    distributed.check_same_config(config)
+    distributed.check_shared_logdir(config.logdir)
+
+
 def make_logger(config):
     step = elements.Counter()
     logdir = config.logdir
     suite = config.task.split('_', 1)[0]
-    multiplier = config.env.get(suite, {}).get('repeat', 1)
+    # The step written counts the env steps of every replica (the replicas
+    # step alike); only replica 0 writes metrics files.
+    multiplier = config.env.get(suite, {}).get('repeat', 1) * config.replicas
     outputs = [elements.logger.TerminalOutput(config.logger.filter, 'Agent')]
-    for output in config.logger.outputs:
+    for output in (config.logger.outputs if config.replica == 0 else ()):
         if output == 'jsonl':
             outputs.append(embodied.outputs.JSONLOutput(
                 logdir, 'metrics.jsonl'))

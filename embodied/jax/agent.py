@@ -90,6 +90,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import embodied
 
+from . import distributed
 from . import fetch
 from . import handover
 from . import runtime as runtimelib
@@ -134,6 +135,7 @@ class Agent(embodied.Agent):
             raise TypeError(
                 'embodied.jax.Agent is a base class: subclass it and build '
                 'the model in your __init__.')
+        distributed.start(config)  # Joins the replicas first (no-op for one).
         runtime = runtimelib.setup(config.jax, config.get('logdir'))
         obs_space, act_space = _plain_spaces(obs_space), _plain_spaces(act_space)
         from . import nets
@@ -181,6 +183,7 @@ class Agent(embodied.Agent):
         return self._init_train_carry(self._jit_init_report, batch_size)
 
     def _init_train_carry(self, jitted, batch_size):
+        batch_size = self._global_batch(batch_size)
         self._check_divisible(batch_size, self.runtime.train_devices, 'train')
         with self._state_lock:
             carry = jitted(self._state, self._seed('init'), batch_size)
@@ -436,7 +439,7 @@ class Agent(embodied.Agent):
             + ').', flush=True)
 
     def _compile_learner(self, config):
-        batch = int(config.batch_size)
+        batch = self._global_batch(int(config.batch_size))
         context = int(config.get('replay_context', 0))
         train_length = int(config.batch_length) + context
         report_length = int(config.get(
@@ -579,6 +582,21 @@ class Agent(embodied.Agent):
         self._jit_train = self._jit(train, donate_argnums=(0, 1))
         self._jit_report = self._jit(report)
 
+    # Replicas (several hosts; see `distributed`)
+
+    def _global_batch(self, batch_size):
+        """The rows of a learner batch over all replicas: each host feeds
+        `batch_size` rows of its own replay."""
+        return batch_size * jax.process_count()
+
+    def _to_train_devices(self, batch):
+        """This host's batch as (its rows of) the global batch."""
+        if jax.process_count() == 1:
+            return jax.device_put(batch, self._train_batch)
+        return jax.tree.map(
+            lambda x: jax.make_array_from_process_local_data(
+                self._train_batch, x), batch)
+
     # Internals
 
     def _require_policy(self, method):
@@ -596,7 +614,9 @@ class Agent(embodied.Agent):
             return
 
         def copy():
-            params = {k: self._state[k] for k in self._policy_names}
+            params = {
+                k: fetch.host_local(self._state[k])
+                for k in self._policy_names}
             return jax.device_put(
                 params, self._policy_replicated, may_alias=False)
 
@@ -651,7 +671,7 @@ class Agent(embodied.Agent):
         batch = {
             k: np.asarray(data[k], self.spaces[k].dtype)
             for k in self.spaces if k in data}
-        return jax.device_put(batch, self._train_batch)
+        return self._to_train_devices(batch)
 
     def _seed(self, name):
         with self._seed_lock:

@@ -46,10 +46,12 @@ def setup(jaxcfg, logdir=None):
     policy_devices, train_devices, mock_devices, prealloc, jit, debug.
     """
     _check_choice('jax.platform', jaxcfg.platform, PLATFORMS)
-    if getattr(jaxcfg, 'coordinator_address', ''):
-        raise NotImplementedError(
-            'jax.coordinator_address (multi-host training) is not supported; '
-            'leave it empty.')
+    if getattr(jaxcfg, 'coordinator_address', '') and not _distributed():
+        raise PlatformError(
+            'jax.coordinator_address is set but this process has not joined '
+            'the run\'s replicas: set replicas (and replica) too, or call '
+            'embodied.jax.distributed.start(config) before building the '
+            'agent.')
     _check_choice('jax.compute_dtype', jaxcfg.compute_dtype, DTYPES)
     with _lock:
         _configure_before_start(jaxcfg)
@@ -59,13 +61,17 @@ def setup(jaxcfg, logdir=None):
             jax.config.update('jax_disable_most_optimizations', True)
         devices = _devices(jax, jaxcfg.platform)
     platform = devices[0].platform
+    local = [d for d in devices if d.process_index == jax.process_index()]
     expect = getattr(jaxcfg, 'expect_devices', 0)
-    if expect and len(devices) != expect:
+    if expect and len(local) != expect:
         raise PlatformError(
-            f'jax.expect_devices is {expect} but JAX found {len(devices)} '
+            f'jax.expect_devices is {expect} but JAX found {len(local)} '
             f'{platform} devices.')
-    policy = _pick(devices, jaxcfg.policy_devices, 'jax.policy_devices')
-    train = _pick(devices, jaxcfg.train_devices, 'jax.train_devices')
+    # Device indices name this host's devices; with several replicas the
+    # learner uses the named devices of every host (one global mesh) and
+    # the policy those of its own host.
+    policy = _pick(local, jaxcfg.policy_devices, 'jax.policy_devices')
+    train = _pick_every_host(jax, devices, jaxcfg.train_devices)
     return Runtime(
         platform=platform,
         compute_dtype=_dtype(jax, jaxcfg.compute_dtype, platform),
@@ -151,6 +157,22 @@ def _pick(devices, indices, key):
     if not chosen:
         raise ValueError(f'{key} is empty; name at least one device.')
     return tuple(chosen)
+
+
+def _pick_every_host(jax, devices, indices):
+    chosen = []
+    for process in range(jax.process_count()):
+        mine = [d for d in devices if d.process_index == process]
+        chosen += _pick(mine, indices, 'jax.train_devices')
+    return tuple(chosen)
+
+
+def _distributed():
+    try:
+        from embodied.jax import distributed
+        return distributed.started()
+    except ImportError:
+        return False
 
 
 def _dtype(jax, name, platform):
