@@ -86,14 +86,14 @@ import jax
 import jax.numpy as jnp
 import ninjax as nj
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
 import embodied
 
 from . import distributed
 from . import fetch
 from . import handover
+from . import mesh as meshlib
 from . import runtime as runtimelib
+from . import sharding as shardinglib
 
 SEED_STREAMS = ('init', 'policy', 'train', 'report')
 MODES = ('train', 'eval', 'explore')
@@ -165,7 +165,7 @@ class Agent(embodied.Agent):
 
     def init_policy(self, batch_size):
         self._require_policy('init_policy')
-        self._check_divisible(batch_size, self.runtime.policy_devices, 'policy')
+        self._policy_layout.check_batch(batch_size, 'init_policy batch size')
         compiled = any(batch_size in s for s in self._policy_sizes.values())
         if self._precompile and not compiled:
             self._compile_policy([batch_size], ['train'])
@@ -184,7 +184,7 @@ class Agent(embodied.Agent):
 
     def _init_train_carry(self, jitted, batch_size):
         batch_size = self._global_batch(batch_size)
-        self._check_divisible(batch_size, self.runtime.train_devices, 'train')
+        self._train_layout.check_batch(batch_size, 'batch size')
         with self._state_lock:
             carry = jitted(self._state, self._seed('init'), batch_size)
         return jax.device_put(carry, self._train_batch)
@@ -312,7 +312,7 @@ class Agent(embodied.Agent):
             self._set_rng_state({
                 k: data[k] for k in wanted if k.startswith('rng/')})
             state = {**self._state, **jax.device_put(
-                values, self._train_replicated)}
+                values, {k: self._state_shardings[k] for k in values})}
             self._state = state
             self._publish_policy_params(replace=True)
 
@@ -347,11 +347,12 @@ class Agent(embodied.Agent):
         self.traces = collections.Counter()
         self._built = False
         self._compiling = False  # Set by _compile_policy, under TRACE_LOCK.
-        self._setup_shardings()
-        self._jit_functions(model)
+        self._setup_shardings(model)
         with self._state_lock:
             self._state = self._init_state()
             self._select_policy_keys()
+        self._jit_functions(model)
+        with self._state_lock:
             self._publish_policy_params()
         self._precompile = bool(
             self.runtime.jit and config.jax.get('precompile', True))
@@ -362,11 +363,11 @@ class Agent(embodied.Agent):
     def _init_state(self):
         """Creates the parameters by tracing `init_train` and `train` on a
         zero batch; only the created entries are computed."""
-        batch = max(1, len(self.runtime.train_devices))
+        batch = self._train_layout.data_size
         length = int(self.config.get('batch_length', 1)) + int(
             self.config.get('replay_context', 0))
         data = {
-            k: np.zeros((batch, length, *v.shape), v.dtype)
+            k: np.zeros((self._local_rows(batch), length, *v.shape), v.dtype)
             for k, v in self.spaces.items()}
         init_train = nj.pure(self.model.init_train)
         train = nj.pure(self.model.train)
@@ -377,35 +378,50 @@ class Agent(embodied.Agent):
             state, _ = train(
                 state, carry, data, seed=seed, create=True, modify=True,
                 ignore=True)
-            return state
+            # The layout of each entry by the partition rules, from the
+            # shapes this trace created; each device computes its shards.
+            self._state_shardings = shardinglib.param_shardings(
+                state, self._param_rules, self._train_layout.mesh)
+            return jax.lax.with_sharding_constraint(
+                state, self._state_shardings)
 
         init = self._jit(init)
-        state = init(self._seed('init'), jax.device_put(data, self._train_batch))
-        return jax.device_put(state, self._train_replicated)
+        return init(
+            self._seed('init'), meshlib.global_batch(data, self._train_batch))
 
     def _select_policy_keys(self):
         self._policy_names = sorted(
             k for k in self._state if self._policy_pattern.search(k))
+        # The policy's parameters by the same rules on the policy mesh.
+        self._policy_shardings = shardinglib.param_shardings(
+            {k: self._state[k] for k in self._policy_names},
+            self._param_rules, self._policy_layout.mesh)
         if not self._policy_names and self.runtime.enable_policy:
             raise ValueError(
                 f"policy_keys '{self.model.policy_keys}' matches no parameter; "
                 f"names look like {', '.join(list(self._state)[:5])}.")
 
-    def _setup_shardings(self):
-        def shardings(devices):
-            mesh = Mesh(np.array(devices), ('batch',))
-            return (
-                NamedSharding(mesh, PartitionSpec()),
-                NamedSharding(mesh, PartitionSpec('batch')))
-        self._policy_replicated, self._policy_batch = shardings(
-            self.runtime.policy_devices)
-        self._train_replicated, self._train_batch = shardings(
-            self.runtime.train_devices)
+    def _setup_shardings(self, model):
+        """The train and policy meshes (`mesh.Layout`) and the model's
+        partition rules (`sharding.py`)."""
+        self._train_layout = meshlib.Layout(
+            self.runtime.train_devices, self.runtime.train_mesh,
+            'jax.train_mesh')
+        self._policy_layout = meshlib.Layout(
+            self.runtime.policy_devices, self.runtime.policy_mesh,
+            'jax.policy_mesh')
+        self._train_batch = self._train_layout.batch
+        self._policy_batch = self._policy_layout.batch
+        rules = getattr(model, 'partition_rules', None) or ((), ())
+        self._param_rules, self._activation_rules = (
+            list(rules[0]), list(rules[1]))
 
-    def _jit(self, fn, **kwargs):
-        """`fn` jitted, its traces under `TRACE_LOCK` and counted in
-        `self.traces` by function name."""
+    def _jit(self, fn, policy=False, **kwargs):
+        """`fn` jitted, its traces under `TRACE_LOCK` with the activation
+        rules on the train (or, with `policy`, the policy) mesh, and counted
+        in `self.traces` by function name."""
         name = fn.__name__
+        layout = self._policy_layout if policy else self._train_layout
 
         def counted(*args, **kw):
             self.traces[name] += 1
@@ -413,7 +429,9 @@ class Agent(embodied.Agent):
                 print(
                     f'Agent: tracing {name} for arguments of a new shape '
                     'or mode (not compiled ahead).', flush=True)
-            return fn(*args, **kw)
+            with shardinglib.activations(
+                    layout.mesh, self._activation_rules):
+                return fn(*args, **kw)
         counted = traced_under_lock(functools.wraps(fn)(counted))
         return jax.jit(counted, **kwargs) if self.runtime.jit else counted
 
@@ -444,7 +462,7 @@ class Agent(embodied.Agent):
         train_length = int(config.batch_length) + context
         report_length = int(config.get(
             'report_length', config.batch_length)) + context
-        self._check_divisible(batch, self.runtime.train_devices, 'train')
+        self._train_layout.check_batch(batch, 'batch_size')
         seed = _LOWERING_SEED
         with self._state_lock:
             state = self._state
@@ -472,7 +490,7 @@ class Agent(embodied.Agent):
         start = time.monotonic()
         params, seed = self._policy_params, _LOWERING_SEED
         for size in sizes:
-            self._check_divisible(size, self.runtime.policy_devices, 'policy')
+            self._policy_layout.check_batch(size, 'policy batch size')
             self._jit_init_policy.lower(params, seed, size).compile()
             carry = jax.device_put(
                 self._jit_init_policy(params, seed, size), self._policy_batch)
@@ -506,7 +524,7 @@ class Agent(embodied.Agent):
         index = bisect.bisect_left(sizes, rows)
         if index < len(sizes):
             return sizes[index]
-        devices = len(self.runtime.policy_devices)
+        devices = self._policy_layout.data_size
         size = -(-rows // devices) * devices
         self._compile_policy([size], [mode])
         return size
@@ -535,9 +553,9 @@ class Agent(embodied.Agent):
 
     def _zero_batch(self, batch, length):
         data = {
-            k: np.zeros((batch, length, *v.shape), v.dtype)
+            k: np.zeros((self._local_rows(batch), length, *v.shape), v.dtype)
             for k, v in self.spaces.items()}
-        return jax.device_put(data, self._train_batch)
+        return meshlib.global_batch(data, self._train_batch)
 
     def _jit_functions(self, model):
         pure = {
@@ -566,6 +584,9 @@ class Agent(embodied.Agent):
         def train(state, carry, data, seed):
             state, (carry, outs, metrics) = pure['train'](
                 state, carry, data, seed=seed)
+            # The updated state keeps the layout of the parameters.
+            state = jax.lax.with_sharding_constraint(
+                state, {k: self._state_shardings[k] for k in state})
             return state, carry, outs, metrics
 
         def report(state, carry, data, seed):
@@ -573,10 +594,12 @@ class Agent(embodied.Agent):
             return carry, metrics
 
         static = dict(static_argnums=2)
-        self._jit_init_policy = self._jit(init_carry('init_policy'), **static)
+        self._jit_init_policy = self._jit(
+            init_carry('init_policy'), policy=True, **static)
         self._jit_init_train = self._jit(init_carry('init_train'), **static)
         self._jit_init_report = self._jit(init_carry('init_report'), **static)
-        self._jit_policy = self._jit(policy, static_argnames=('mode', 'split'))
+        self._jit_policy = self._jit(
+            policy, policy=True, static_argnames=('mode', 'split'))
         # The state and carry are donated so the update happens in place;
         # the policy never reads them (it has its own copy), so no race.
         self._jit_train = self._jit(train, donate_argnums=(0, 1))
@@ -589,13 +612,24 @@ class Agent(embodied.Agent):
         `batch_size` rows of its own replay."""
         return batch_size * jax.process_count()
 
-    def _to_train_devices(self, batch):
-        """This host's batch as (its rows of) the global batch."""
+    def _local_rows(self, batch_size):
+        """This host's rows of a global batch of `batch_size` rows."""
+        return batch_size // jax.process_count()
+
+    def _host_params(self, params):
+        """With several replicas, the parameters as arrays on this host's
+        devices (the policy mesh is local): the value of each replicated
+        global array. One process: as given."""
         if jax.process_count() == 1:
-            return jax.device_put(batch, self._train_batch)
-        return jax.tree.map(
-            lambda x: jax.make_array_from_process_local_data(
-                self._train_batch, x), batch)
+            return params
+        split = [k for k, v in params.items() if not v.is_fully_replicated]
+        if split:
+            raise ValueError(
+                f'With several replicas the policy parameters must be '
+                f'replicated on the train mesh, but {", ".join(split[:3])} '
+                f'are split by the partition rules (jax.train_mesh with f or '
+                f't > 1 over hosts).')
+        return {k: fetch.host_local(v) for k, v in params.items()}
 
     # Internals
 
@@ -614,11 +648,12 @@ class Agent(embodied.Agent):
             return
 
         def copy():
-            params = {
-                k: fetch.host_local(self._state[k])
-                for k in self._policy_names}
-            return jax.device_put(
-                params, self._policy_replicated, may_alias=False)
+            # A fresh copy on the train devices first (the state is donated
+            # to the next update, and a transfer between two meshes may keep
+            # buffers of its source), then moved device to device.
+            params = _copy_arrays({k: self._state[k] for k in self._policy_names})
+            params = self._host_params(params)
+            return jax.device_put(params, self._policy_shardings)
 
         if self._params is None:
             self._params = handover.PolicyParams(copy(), self._updates)
@@ -653,7 +688,7 @@ class Agent(embodied.Agent):
                 value = np.concatenate(
                     [value, np.repeat(value[:1], size - rows, 0)])
             prepared[key] = value
-        return jax.device_put(prepared, self._policy_batch)
+        return meshlib.global_batch(prepared, self._policy_batch)
 
     def _prepare_batch(self, data, method):
         """The batch's keys that the model declared (observations, actions,
@@ -671,7 +706,7 @@ class Agent(embodied.Agent):
         batch = {
             k: np.asarray(data[k], self.spaces[k].dtype)
             for k in self.spaces if k in data}
-        return self._to_train_devices(batch)
+        return meshlib.global_batch(batch, self._train_batch)
 
     def _seed(self, name):
         with self._seed_lock:
@@ -695,12 +730,6 @@ class Agent(embodied.Agent):
                 if f'rng/{name}' in values:
                     self._calls[name] = int(values[f'rng/{name}'])
 
-    def _check_divisible(self, batch_size, devices, role):
-        if batch_size % len(devices):
-            raise ValueError(
-                f'Batch size {batch_size} does not divide over the '
-                f'{len(devices)} {role} devices.')
-
     def _check_finite(self, metrics, where):
         if not self.runtime.debug:
             return
@@ -711,6 +740,11 @@ class Agent(embodied.Agent):
         if bad:
             raise FloatingPointError(
                 f'{where}: non-finite metrics {", ".join(sorted(bad))}.')
+
+
+@jax.jit
+def _copy_arrays(tree):
+    return jax.tree.map(jnp.copy, tree)
 
 
 def _islist(x):

@@ -22,7 +22,10 @@ import numpy as np
 # Read at call time, so assigning `nets.COMPUTE_DTYPE` changes every module.
 COMPUTE_DTYPE = jnp.bfloat16
 
-# Hook through which a partitioner can constrain activations by name.
+# Hook through which a partitioner constrains activations by name: the
+# layers with parameters (Linear, BlockLinear, Conv2D, Conv3D) pass their
+# output as `LAYER_CALLBACK(output, '<module path>/out')` and use what it
+# returns. `sharding.activations()` sets it while the agent traces.
 LAYER_CALLBACK = lambda tensor, name: tensor
 
 f32 = jnp.float32
@@ -335,6 +338,7 @@ class Linear(_Scaled, nj.Module):
         x = x @ kernel.astype(x.dtype)
         if self.bias:
             x = x + self.value('bias', init(self.binit), size).astype(x.dtype)
+        x = LAYER_CALLBACK(x, f'{self.path}/out')
         return x.reshape((*x.shape[:-1], *self.units))
 
 
@@ -372,7 +376,7 @@ class BlockLinear(_Scaled, nj.Module):
         if self.bias:
             x = x + self.value(
                 'bias', init(self.binit), self.units).astype(x.dtype)
-        return x
+        return LAYER_CALLBACK(x, f'{self.path}/out')
 
 
 class Conv2D(_Scaled, nj.Module):
@@ -419,7 +423,7 @@ class Conv2D(_Scaled, nj.Module):
         if self.bias:
             x = x + self.value(
                 'bias', init(self.binit), self.depth).astype(x.dtype)
-        return x
+        return LAYER_CALLBACK(x, f'{self.path}/out')
 
 
 class Conv3D(nj.Module):
@@ -458,7 +462,7 @@ class Conv3D(nj.Module):
         if self.bias:
             x = x + self.value(
                 'bias', init(self.binit), self.depth).astype(x.dtype)
-        return x
+        return LAYER_CALLBACK(x, f'{self.path}/out')
 
 
 class Norm(nj.Module):

@@ -12,6 +12,8 @@ import os
 import pathlib
 import threading
 
+from . import mesh as meshlib
+
 PLATFORMS = ('auto', 'cpu', 'cuda', 'gpu', 'tpu')
 DTYPES = ('auto', 'float32', 'bfloat16')  # float16 would need loss scaling
 
@@ -24,7 +26,9 @@ _applied = {}
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
-    """What `setup()` decided: where the policy and the learner run."""
+    """What `setup()` decided: where the policy and the learner run. The
+    device tuples are the devices each mesh spans, in mesh order (see
+    `mesh.choose_devices`)."""
     platform: str
     compute_dtype: object
     policy_devices: tuple
@@ -33,6 +37,8 @@ class Runtime:
     debug: bool
     cache_dir: str
     enable_policy: bool = True
+    policy_mesh: str = '-1,1,1'  # 'd,f,t' over policy_devices (mesh.py)
+    train_mesh: str = '-1,1,1'  # 'd,f,t' over train_devices
 
 
 class PlatformError(RuntimeError):
@@ -43,7 +49,8 @@ def setup(jaxcfg, logdir=None):
     """Configures JAX for this process and returns the Runtime.
 
     `jaxcfg` holds the original's keys: platform, compute_dtype,
-    policy_devices, train_devices, mock_devices, prealloc, jit, debug.
+    policy_devices, train_devices, policy_mesh, train_mesh, mock_devices,
+    prealloc, jit, debug.
     """
     _check_choice('jax.platform', jaxcfg.platform, PLATFORMS)
     if getattr(jaxcfg, 'coordinator_address', '') and not _distributed():
@@ -67,16 +74,28 @@ def setup(jaxcfg, logdir=None):
         raise PlatformError(
             f'jax.expect_devices is {expect} but JAX found {len(local)} '
             f'{platform} devices.')
-    # Device indices name this host's devices; with several replicas the
-    # learner uses the named devices of every host (one global mesh) and
-    # the policy those of its own host.
-    policy = _pick(local, jaxcfg.policy_devices, 'jax.policy_devices')
-    train = _pick_every_host(jax, devices, jaxcfg.train_devices)
+    policy_mesh = str(getattr(jaxcfg, 'policy_mesh', meshlib.DEFAULT))
+    train_mesh = str(getattr(jaxcfg, 'train_mesh', meshlib.DEFAULT))
+    # Device indices name this host's devices. The policy acts on its own
+    # host's; with several replicas the learner's mesh spans the devices
+    # each host names (one global mesh).
+    policy = meshlib.choose_devices(
+        local, _pick(local, jaxcfg.policy_devices, 'jax.policy_devices'),
+        policy_mesh, 'jax.policy_mesh')
+    if jax.process_count() > 1:
+        train = _train_devices_every_host(
+            jax, devices, jaxcfg.train_devices, train_mesh)
+    else:
+        train = meshlib.choose_devices(
+            devices, _pick(devices, jaxcfg.train_devices, 'jax.train_devices'),
+            train_mesh, 'jax.train_mesh')
     return Runtime(
         platform=platform,
         compute_dtype=_dtype(jax, jaxcfg.compute_dtype, platform),
-        policy_devices=policy,
-        train_devices=train,
+        policy_devices=tuple(policy),
+        train_devices=tuple(train),
+        policy_mesh=policy_mesh,
+        train_mesh=train_mesh,
         jit=bool(jaxcfg.jit),
         debug=bool(jaxcfg.debug),
         cache_dir=cache_dir,
@@ -146,6 +165,7 @@ def _devices(jax, platform):
 
 
 def _pick(devices, indices, key):
+    """The indices `key` names, checked against the devices."""
     chosen = []
     for index in indices:
         if not 0 <= index < len(devices):
@@ -153,17 +173,39 @@ def _pick(devices, indices, key):
                 f'{key} names device {index}, but only {len(devices)} '
                 f'{devices[0].platform} devices exist (set jax.mock_devices '
                 f'to fake more on CPU).')
-        chosen.append(devices[index])
+        chosen.append(index)
     if not chosen:
         raise ValueError(f'{key} is empty; name at least one device.')
     return tuple(chosen)
 
 
-def _pick_every_host(jax, devices, indices):
+def _train_devices_every_host(jax, devices, indices, text):
+    """The train mesh's devices with several processes: on every host the
+    devices `indices` name there, and for a mesh of fixed sizes, as many
+    per host as its share of the mesh needs (named ones first)."""
+    import math
+    count = jax.process_count()
+    sizes = meshlib.parse(text, 'jax.train_mesh')
+    per_host = None
+    if -1 not in sizes:
+        need = math.prod(sizes)
+        if need % count:
+            raise meshlib.LayoutError(
+                f"jax.train_mesh '{text}' spans {need} devices, which do not "
+                f"split evenly over the {count} replicas' hosts.")
+        per_host = need // count
     chosen = []
-    for process in range(jax.process_count()):
+    for process in range(count):
         mine = [d for d in devices if d.process_index == process]
-        chosen += _pick(mine, indices, 'jax.train_devices')
+        named = [mine[i] for i in _pick(mine, indices, 'jax.train_devices')]
+        if per_host is not None:
+            if per_host > len(mine):
+                raise meshlib.LayoutError(
+                    f"jax.train_mesh '{text}' needs {per_host} devices on "
+                    f"each of the {count} hosts, but a host has "
+                    f"{len(mine)}.")
+            named = (named + [d for d in mine if d not in named])[:per_host]
+        chosen += named
     return tuple(chosen)
 
 

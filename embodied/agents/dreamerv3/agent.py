@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import ninjax as nj
 import numpy as np
 import optax
+from jax.sharding import PartitionSpec as P
 
 import embodied.jax
 from embodied.jax import nets
@@ -86,6 +87,27 @@ class Agent(embodied.jax.Agent):
     @property
     def policy_keys(self):
         return '^(enc|dyn|pol)/'
+
+    # How the kernels and their optimizer moments (whose names end in the
+    # kernel's) lie on the mesh (embodied/jax/sharding.py): the input
+    # features split over 'f' (FSDP: each device stores 1/f), the outputs
+    # over 't' (tensor parallel: each device computes its part of the
+    # matmul). The block-diagonal layers of the RSSM and the decoder's
+    # spatial projection split their blocks over 't'. An axis that does not
+    # divide a dimension is dropped for that kernel; biases, norms and
+    # statistics are replicated. Activations stay split over the batch.
+    partition_rules = (
+        [
+            (r'(enc|dec)/(conv\d+|imgout)/kernel$',
+             P(None, None, 'f', 't')),
+            (r'(dyn/(dynhid\d+|dyngru)|dec/sp0)/kernel$', P('t', 'f')),
+            (r'kernel$', P('f', 't')),
+            (r'.*', P()),
+        ],
+        [
+            (r'/out$', P(('d', 'f'))),
+        ],
+    )
 
     @property
     def ext_space(self):

@@ -1,0 +1,166 @@
+"""Device meshes: the original's `jax.policy_mesh` and `jax.train_mesh`.
+
+A mesh string 'd,f,t' lays devices out on three named axes:
+
+    d   data parallel: each group of devices along d takes its own slice of
+        the batch and holds whole parameters (unless f or t split them)
+    f   fully sharded data parallel (FSDP): also takes its own slice of the
+        batch, and the partition rules may split parameters and optimizer
+        state over it, so each device holds 1/f of them
+    t   tensor parallel: the batch is not split over t; the partition rules
+        may split the large matrix multiplies over it
+
+At most one size may be -1: it takes the devices the others leave. The
+default '-1,1,1' is plain data parallelism over every chosen device.
+Batches are split over the data axes `DATA_AXES` = ('d', 'f'), so a batch
+size must divide by d * f.
+
+Which devices. `jax.train_devices` (and `jax.policy_devices`) name device
+indices, as in the original. A mesh with a -1 spans exactly the named
+devices. A mesh of fixed sizes that needs more devices than are named takes
+the named ones first, then the lowest-numbered others: `--jax.mock_devices 8
+--jax.train_mesh 2,2,2` trains on devices 0-7 with the default
+`train_devices` [0]. A fixed mesh that needs fewer devices than are named is
+an error, as is one that needs more devices than exist.
+
+API (used by `agent.py`; multi-host code extends `global_batch`):
+
+    parse(text, key)                  the sizes, -1 kept; LayoutError if bad
+    fit(text, count, key)             the sizes for `count` devices
+    choose_devices(devices, indices, text, key)
+                                      the devices a mesh spans (see above)
+    Layout(devices, text, key)        .mesh, .replicated, .batch (sharding
+                                      of batches), .data_size (d * f),
+                                      .shape ({'d','f','t': size})
+    global_batch(tree, sharding)      host arrays -> arrays on the mesh
+
+`LayoutError` is a `validation.BadValue`, so `embodied.main` reports it as a
+usage error (exit status 2).
+"""
+
+import math
+
+import numpy as np
+
+from embodied.run import validation
+
+AXES = ('d', 'f', 't')
+DATA_AXES = ('d', 'f')
+DEFAULT = '-1,1,1'
+
+
+class LayoutError(validation.BadValue):
+    """A mesh or batch size that does not fit the devices; names the key."""
+
+    def __init__(self, problem):
+        super().__init__([problem])
+
+
+def parse(text, key):
+    """The sizes of a 'd,f,t' mesh string (a -1 kept as -1)."""
+    text = str(text).strip()
+    parts = [p.strip() for p in text.split(',')]
+    try:
+        sizes = tuple(int(p) for p in parts)
+    except ValueError:
+        sizes = ()
+    if (len(sizes) != len(AXES) or any(s == 0 or s < -1 for s in sizes) or
+            sum(s == -1 for s in sizes) > 1):
+        raise LayoutError(
+            f"{key} is '{text}'; expected three sizes 'd,f,t' (data, FSDP, "
+            f"tensor parallel), each >= 1, at most one -1, e.g. '-1,1,1' or "
+            f"'2,2,2'.")
+    return sizes
+
+
+def fit(text, count, key):
+    """The mesh sizes for `count` devices; the -1 takes what is left."""
+    sizes = parse(text, key)
+    fixed = math.prod(s for s in sizes if s != -1)
+    if -1 in sizes:
+        if count % fixed:
+            raise LayoutError(
+                f"{key} '{text}' needs a multiple of {fixed} devices, but "
+                f"{count} are chosen; {_fitting(count)}.")
+        sizes = tuple(count // fixed if s == -1 else s for s in sizes)
+    elif fixed != count:
+        raise LayoutError(
+            f"{key} '{text}' needs {fixed} devices, but {count} are "
+            f"chosen; {_fitting(count)}.")
+    return sizes
+
+
+def choose_devices(devices, indices, text, key):
+    """The devices a mesh spans: those `indices` names, extended by the
+    lowest-numbered others when a fixed-size mesh needs more (see the module
+    docstring). `devices` are all devices, in index order."""
+    sizes = parse(text, key)
+    chosen = [devices[i] for i in indices]
+    if -1 in sizes:
+        return chosen
+    need = math.prod(sizes)
+    if need > len(devices):
+        raise LayoutError(
+            f"{key} '{text}' needs {need} devices, but only {len(devices)} "
+            f"exist; {_fitting(len(devices))} (jax.mock_devices fakes more "
+            f"devices on CPU).")
+    if need > len(chosen):
+        others = [d for d in devices if d not in chosen]
+        chosen += others[:need - len(chosen)]
+    return chosen
+
+
+def _fitting(count):
+    divisors = [n for n in range(1, count + 1) if count % n == 0]
+    return (
+        f"sizes whose product is {count} would fit ('{count},1,1', "
+        f"'1,{count},1', ...; divisors of {count}: "
+        f"{', '.join(map(str, divisors))}), or one size -1")
+
+
+class Layout:
+    """A mesh over `devices` from a mesh string, with the shardings the agent
+    uses: `replicated` (every device holds all of it) and `batch` (the
+    leading axis split over the data axes)."""
+
+    def __init__(self, devices, text, key):
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+        sizes = fit(text, len(devices), key)
+        self.key = key
+        self.text = str(text)
+        self.devices = tuple(devices)
+        self.mesh = Mesh(np.array(devices, object).reshape(sizes), AXES)
+        self.shape = dict(zip(AXES, sizes))
+        self.data_size = sizes[0] * sizes[1]
+        self.replicated = NamedSharding(self.mesh, PartitionSpec())
+        self.batch = NamedSharding(self.mesh, PartitionSpec(DATA_AXES))
+
+    def check_batch(self, batch_size, what):
+        """Raises LayoutError unless `batch_size` divides over d * f."""
+        if batch_size % self.data_size:
+            lower = batch_size - batch_size % self.data_size
+            raise LayoutError(
+                f"{what} {batch_size} does not divide over the "
+                f"{self.data_size} data-parallel devices of {self.key} "
+                f"'{self.text}' (d * f); use a multiple of {self.data_size} "
+                f"(e.g. {lower or self.data_size} or "
+                f"{lower + self.data_size}), or a mesh whose d * f divides "
+                f"{batch_size}.")
+
+    def __repr__(self):
+        sizes = ','.join(str(self.shape[a]) for a in AXES)
+        return f'Layout({self.key}={sizes} over {len(self.devices)} devices)'
+
+
+def global_batch(tree, sharding):
+    """Host arrays (this process's whole batch) as arrays laid out by
+    `sharding`. One process: a plain transfer. The single place where a
+    batch enters the mesh, so that several processes can later build global
+    arrays from their local parts here: with several processes (replicas),
+    `tree` is this process's rows of the global batch, which is the
+    processes' rows joined in process order."""
+    import jax
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(sharding, x), tree)
