@@ -105,8 +105,37 @@ def start(config):
     return True
 
 
+def _wait_for_coordinator(address, index, count, timeout):
+    """Raises ReplicaError unless a TCP connection to `address` opens
+    within `timeout` seconds (JAX's own connect failure ends the process
+    without a message of ours)."""
+    import socket
+    host, _, port = address.rpartition(':')
+    host = host.strip('[]') or 'localhost'
+    deadline = time.monotonic() + timeout
+    error = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2):
+                return
+        except (OSError, ValueError) as e:
+            error = e
+            time.sleep(0.5)
+    raise ReplicaError(
+        f'Replica {index} of {count} could not reach the coordinator at '
+        f'{address} within {timeout} s (jax.coordinator_address, '
+        f'run.connect_timeout): {type(error).__name__}: {error}. Replica 0 '
+        f'serves it; is it running, and does the address name its host?')
+
+
 def _initialize(address, index, count, timeout, jaxcfg):
     import jax
+    if index > 0:
+        _wait_for_coordinator(address, index, count, timeout)
+    else:
+        print(f'Replica 0 serves the coordinator at {address} and waits up '
+              f'to {timeout} s (run.connect_timeout) for the other '
+              f'{count - 1}.', flush=True)
     platform = str(jaxcfg.get('platform', 'auto'))
     if platform == 'cpu' or os.environ.get('JAX_PLATFORMS', '') == 'cpu':
         jax.config.update('jax_cpu_collectives_implementation', 'gloo')

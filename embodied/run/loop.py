@@ -117,6 +117,12 @@ class Loop:
         """The final save, metrics and summary line."""
         with self.stop:
             cp.save(int(self.step))
+            if self.replicas > 1:
+                agent = getattr(cp['agent'], 'agent', None)
+                if agent is not None:
+                    print(f'Replica {self.args.replica}: parameter digest '
+                          f'{saving.digest(agent.save())} after the final '
+                          f'save.', flush=True)
             if metrics:
                 self.logger.add(metrics)
             self.logger.write()

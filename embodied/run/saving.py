@@ -112,6 +112,21 @@ class RunCheckpoint:
         return latest
 
 
+def digest(data):
+    """A short sha256 over the arrays of an agent save (`agent.save()`), by
+    name: replicas of one run print the same digest when their parameters
+    are bit-identical."""
+    import hashlib
+    import numpy as np
+    hasher = hashlib.sha256()
+    for key in sorted(data):
+        value = np.ascontiguousarray(np.asarray(data[key]))
+        hasher.update(key.encode())
+        hasher.update(str((value.dtype.str, value.shape)).encode())
+        hasher.update(value.tobytes())
+    return hasher.hexdigest()[:16]
+
+
 def agent_save_folder(path):
     """The agent save that `run.from_checkpoint` names: a logdir, its
     ckpt/agent folder, or one save folder. Raises FileNotFoundError."""

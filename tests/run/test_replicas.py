@@ -1,0 +1,142 @@
+"""Replicas on one machine: two processes on loopback, each with 2 CPU
+devices, join JAX's distributed runtime (gloo collectives) and train one
+DreamerV3 agent at `debug`, as two hosts would."""
+
+import re
+import signal
+import socket
+import time
+
+import launch
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def replica_flags(logdir, replica, port, *extra, replicas=2):
+    return (
+        '--configs', 'debug', '--task', 'dummy_disc', '--logdir', logdir,
+        '--replica', replica, '--replicas', replicas,
+        '--jax.coordinator_address', f'127.0.0.1:{port}',
+        '--jax.mock_devices', 2, '--jax.train_devices', 0, 1,
+        '--run.envs', 2, '--run.eval_envs', 0, '--run.log_every', 5,
+        '--run.save_every', 10, '--run.report_every', 20,
+        '--batch_size', 4, '--batch_length', 8, '--report_length', 4,
+        '--replay.chunksize', 32, *extra)
+
+
+def start(tmp_path, logdir, port, *extra, name='run', per_replica=None):
+    procs = []
+    for replica in range(2):
+        flags = list(extra) + list((per_replica or {}).get(replica, ()))
+        procs.append(launch.Launch(
+            *replica_flags(logdir, replica, port, *flags),
+            logfile=tmp_path / f'{name}{replica}.log'))
+    return procs
+
+
+def finish(procs, timeout=900):
+    try:
+        return [proc.wait(timeout) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+def digest(output):
+    found = re.findall(r'parameter digest ([0-9a-f]+)', output)
+    assert found, output[-3000:]
+    return found[-1]
+
+
+def test_config_mismatch_is_refused_naming_the_key(tmp_path):
+    port = free_port()
+    procs = start(
+        tmp_path, tmp_path / 'run', port,
+        per_replica={0: ('--run.train_ratio', 32),
+                     1: ('--run.train_ratio', 64)})
+    codes = finish(procs, timeout=300)
+    assert codes[0] != 0 and codes[1] != 0, codes
+    for proc in procs:
+        output = proc.output()
+        assert 'run.train_ratio is 32' in output, output[-3000:]
+        assert "64" in output and 'replica 1' in output, output[-3000:]
+
+
+def test_unreachable_coordinator_is_named(tmp_path):
+    port = free_port()
+    begin = time.monotonic()
+    proc = launch.Launch(
+        *replica_flags(tmp_path / 'run', 1, port, '--run.connect_timeout', 5),
+        logfile=tmp_path / 'alone.log')
+    code = finish([proc], timeout=300)[0]
+    assert code != 0
+    output = proc.output()
+    assert f'coordinator at 127.0.0.1:{port} within 5 s' in output, output
+    assert time.monotonic() - begin < 120
+
+
+def test_bad_replica_settings_are_usage_errors(tmp_path):
+    result = launch.run(
+        '--configs', 'debug', '--logdir', tmp_path / 'run',
+        '--replicas', 2, '--replica', 1, timeout=120)
+    assert result.returncode == 2
+    assert 'jax.coordinator_address is empty' in result.stdout
+    result = launch.run(
+        '--configs', 'debug', '--logdir', tmp_path / 'run', '--replicas', 2,
+        '--replica', 2, '--jax.coordinator_address', 'localhost:1',
+        timeout=120)
+    assert result.returncode == 2
+    assert 'replica is 2 but replicas is 2' in result.stdout
+
+
+def test_two_replicas_train_one_agent_then_kill_and_resume(tmp_path):
+    logdir = tmp_path / 'run'
+    port = free_port()
+    procs = start(tmp_path, logdir, port, '--run.steps', 240)
+    codes = finish(procs)
+    outputs = [proc.output() for proc in procs]
+    assert codes == [0, 0], '\n\n'.join(o[-3000:] for o in outputs)
+    # One set of parameters: bit-identical on both replicas.
+    assert digest(outputs[0]) == digest(outputs[1])
+    # Metrics written once, with the env step of both replicas.
+    assert not (logdir / 'replay' / '00001').samefile(logdir / 'replay' / '00000')
+    steps = [row['step'] for row in launch.metrics(logdir)]
+    assert steps and max(steps) >= 240, steps
+    assert (logdir / 'ckpt' / 'replay' / '00001').exists()
+
+    # A replica killed: the other ends within 60 s, naming it.
+    port = free_port()
+    procs = start(tmp_path, logdir, port, '--run.steps', 1e6, name='kill')
+    try:
+        for proc in procs:
+            proc.wait_for(
+                lambda proc=proc: 'Start training loop' in proc.output(),
+                timeout=900, what='the training loop')
+        time.sleep(3)
+        procs[1].terminate(signal.SIGKILL)
+        begin = time.monotonic()
+        code = procs[0].wait(timeout=120)
+        seconds = time.monotonic() - begin
+    finally:
+        for proc in procs:
+            proc.kill()
+    output = procs[0].output()
+    assert code != 0, output[-3000:]
+    assert seconds < 60, seconds
+    assert 'replica 1' in output, output[-3000:]
+    print(f'The survivor exited {seconds:.1f} s after the kill.')
+
+    # Both started again: they resume from their last common save.
+    port = free_port()
+    procs = start(tmp_path, logdir, port, '--run.steps', 400, name='resume')
+    codes = finish(procs)
+    outputs = [proc.output() for proc in procs]
+    assert codes == [0, 0], '\n\n'.join(o[-3000:] for o in outputs)
+    tags = [re.findall(r'Resumed from the save at step (\d+)', o)
+            for o in outputs]
+    assert tags[0] and tags[0] == tags[1], tags
+    assert digest(outputs[0]) == digest(outputs[1])
