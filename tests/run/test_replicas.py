@@ -140,3 +140,71 @@ def test_two_replicas_train_one_agent_then_kill_and_resume(tmp_path):
             for o in outputs]
     assert tags[0] and tags[0] == tags[1], tags
     assert digest(outputs[0]) == digest(outputs[1])
+
+
+# The recipes in examples/: the variables they set must give each replica
+# its index, the count and replica 0's coordinator.
+
+EXAMPLES = launch.ROOT / 'examples'
+
+
+def _parse(argv, monkeypatch, environ):
+    from embodied import main
+    for key in ('JOB_COMPLETION_INDEX', 'SLURM_PROCID', 'SLURM_NTASKS'):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, str(value))
+    return main.parse(argv)
+
+
+def test_slurm_recipe_gives_replica_count_and_coordinator(
+        tmp_path, monkeypatch):
+    import os
+    import subprocess
+    fake = tmp_path / 'bin'
+    fake.mkdir()
+    (fake / 'scontrol').write_text(
+        '#!/bin/sh\nprintf "gpu-a17\\ngpu-a18\\n"\n')
+    (fake / 'srun').write_text(
+        f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done '
+        f'> {tmp_path}/argv\n')
+    for name in ('scontrol', 'srun'):
+        os.chmod(fake / name, 0o755)
+    environ = dict(os.environ, PATH=f'{fake}:{os.environ["PATH"]}',
+                   SLURM_JOB_NODELIST='gpu-a[17-18]', SLURM_JOB_ID='42',
+                   LOGDIR=str(tmp_path / 'run'))
+    subprocess.run(
+        ['bash', EXAMPLES / 'slurm.sbatch'], env=environ, check=True,
+        timeout=60)
+    argv = (tmp_path / 'argv').read_text().splitlines()
+    assert argv[:3] == ['python', '-m', 'embodied.main'], argv
+    for procid in range(2):
+        config = _parse(argv[3:], monkeypatch, {
+            'SLURM_PROCID': procid, 'SLURM_NTASKS': 2})
+        assert (config.replica, config.replicas) == (procid, 2)
+        assert config.jax.coordinator_address == 'gpu-a17:8476'
+        assert config.logdir == str(tmp_path / 'run')
+
+
+def test_kubernetes_recipe_gives_replica_count_and_coordinator(monkeypatch):
+    from ruamel.yaml import YAML
+    docs = list(YAML(typ='safe').load_all(
+        (EXAMPLES / 'kubernetes-indexed-job.yaml').read_text()))
+    service = next(d for d in docs if d['kind'] == 'Service')
+    job = next(d for d in docs if d['kind'] == 'Job')
+    assert service['spec']['clusterIP'] == 'None'  # Headless.
+    assert job['spec']['completionMode'] == 'Indexed'
+    pod = job['spec']['template']['spec']
+    assert pod['subdomain'] == service['metadata']['name']
+    container = pod['containers'][0]
+    assert container['command'] == ['python', '-m', 'embodied.main']
+    port = service['spec']['ports'][0]['port']
+    # Pod i of an Indexed Job is <job>-<i>.<subdomain>: replica 0's host.
+    coordinator = (
+        f"{job['metadata']['name']}-0.{pod['subdomain']}:{port}")
+    for index in range(job['spec']['completions']):
+        config = _parse(container['args'], monkeypatch, {
+            'JOB_COMPLETION_INDEX': index})
+        assert config.replica == index
+        assert config.replicas == job['spec']['completions']
+        assert config.jax.coordinator_address == coordinator
