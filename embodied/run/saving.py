@@ -153,12 +153,12 @@ def load_agent(agent, path, regex=''):
             f'{type(e).__name__}: {e}') from e
 
 
-def resume_tag(logdir, report=True, replica=None):
+def resume_tag(logdir, report=True, replica=None, agree=True):
     """The newest checkpoint tag complete and undamaged for agent, replay
     and logger; with `report`, damaged saves skipped are printed. With
     several replicas (`replica` given), the newest such tag that every
     replica holds, agreed through the run's replicas where this process
-    joined them (`embodied.jax.distributed`)."""
+    joined them (`embodied.jax.distributed`) and `agree`."""
     checkpoints = [
         cplib.Checkpoint(directory(logdir, role, replica)) for role in ROLES]
     if replica is None:
@@ -170,6 +170,8 @@ def resume_tag(logdir, report=True, replica=None):
             break
         tags.append(tag)
         checkpoints = [_Below(cp, tag) for cp in checkpoints]
+    if not agree:
+        return max(tags) if tags else None
     from embodied.jax import distributed
     return distributed.agree_tags(tags)
 

@@ -208,3 +208,33 @@ def test_kubernetes_recipe_gives_replica_count_and_coordinator(monkeypatch):
         assert config.replica == index
         assert config.replicas == job['spec']['completions']
         assert config.jax.coordinator_address == coordinator
+
+
+def test_two_by_two_devices_equal_one_by_four(tmp_path):
+    """The same global batches trained by 2 processes x 2 devices and by 1
+    process x 4 devices: parameters bit-identical across the two replicas,
+    and equal to the single process's within float32 tolerance."""
+    import numpy as np
+    script = launch.SUPPORT / 'replica_agent.py'
+    port = free_port()
+    procs = [launch.Launch(
+        replica, 2, port, 2, tmp_path / f'two{replica}.npz',
+        script=script, logfile=tmp_path / f'two{replica}.log')
+        for replica in range(2)]
+    codes = finish(procs)
+    assert codes == [0, 0], '\n\n'.join(p.output()[-3000:] for p in procs)
+    single = launch.Launch(
+        0, 1, 0, 4, tmp_path / 'one.npz', script=script,
+        logfile=tmp_path / 'one.log')
+    code = finish([single])[0]
+    assert code == 0, single.output()[-3000:]
+    two = [np.load(tmp_path / f'two{replica}.npz') for replica in range(2)]
+    one = np.load(tmp_path / 'one.npz')
+    assert sorted(two[0].files) == sorted(one.files)
+    for key in one.files:
+        np.testing.assert_array_equal(two[0][key], two[1][key], err_msg=key)
+        if key.startswith('rng/'):
+            assert two[0][key] == one[key], key
+            continue
+        np.testing.assert_allclose(
+            two[0][key], one[key], rtol=1e-4, atol=1e-5, err_msg=key)
