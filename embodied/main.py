@@ -71,6 +71,9 @@ def main(argv=None):
         if config.replicas > 1:
             _end_replica(e)
         raise
+    if config.replicas > 1:
+        from embodied.jax import distributed
+        distributed.finish()
 
 
 def _end_replica(error):

@@ -26,9 +26,11 @@ import sys
 import threading
 import time
 
-#: Seconds without a heartbeat after which JAX's service ends the run's
-#: other replicas (their blocked collective or key-value wait included).
-HEARTBEAT_SECONDS = 20
+#: Seconds without a heartbeat after which JAX's service takes a replica
+#: for lost; the watchdog of every other replica then ends it.
+HEARTBEAT_SECONDS = 15
+#: Seconds between the watchdog's looks at which replicas are alive.
+WATCH_SECONDS = 1.0
 #: Seconds a replica waits at the end of the run for the others.
 SHUTDOWN_SECONDS = 300
 #: Milliseconds a replica waits for another's key-value entry before it
@@ -100,6 +102,7 @@ def start(config):
         _state.update(replica=index, replicas=count, address=address)
         from embodied.core import clock as clocklib
         clocklib.use(ClockLink())
+        _state['watchdog'] = Watchdog()
     print(f'Replica {index} of {count} joined the run at {address}: '
           f'{_device_summary()}.', flush=True)
     return True
@@ -142,6 +145,9 @@ def _initialize(address, index, count, timeout, jaxcfg):
     mock = int(jaxcfg.get('mock_devices', 0) or 0)
     if mock:
         jax.config.update('jax_num_cpu_devices', mock)
+    # A lost replica must not make JAX abort the others from inside its
+    # client (with a message of its own): the watchdog ends them, naming it.
+    jax.config.update('jax_enable_recoverability', True)
     try:
         jax.distributed.initialize(
             address, num_processes=count, process_id=index,
@@ -326,6 +332,64 @@ class ClockLink:
         return decision
 
 
+class Watchdog:
+    """A thread that ends this replica when another one is lost: it asks
+    the coordinator which replicas still send heartbeats every
+    `WATCH_SECONDS`; one missing (after `HEARTBEAT_SECONDS` without
+    heartbeats), or the coordinator itself unreachable, ends this process
+    with a message naming it and exit code 1. A replica blocked in a
+    collective or a key-value wait for the lost one never waits longer."""
+
+    def __init__(self):
+        self.ending = threading.Event()
+        self.thread = threading.Thread(
+            target=self._watch, name='ReplicaWatchdog', daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        everyone = list(range(replicas()))
+        errors = 0
+        while not self.ending.wait(WATCH_SECONDS):
+            try:
+                live = _client().get_live_nodes(everyone)
+                errors = 0
+            except Exception as e:
+                errors += 1
+                if errors >= 3 and not self.ending.is_set():
+                    _die(f'Replica {replica()} lost contact with the '
+                         f'coordinator (replica 0 at {_state["address"]}): '
+                         f'{type(e).__name__}: {str(e).strip()[:160]}')
+                continue
+            lost = sorted(set(everyone) - {int(k) for k in live})
+            if lost and not self.ending.is_set():
+                _die(f'Replica {replica()}: replica '
+                     f'{", ".join(map(str, lost))} of {replicas()} was lost '
+                     f'(no heartbeat for {HEARTBEAT_SECONDS} s); ending this '
+                     f'replica too. Start every replica again to resume '
+                     f'from the last save all of them hold.')
+
+
+def _die(message):
+    print(message, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(1)
+
+
+def finish(timeout=600):
+    """At the end of a run: waits until every replica got here, so that no
+    replica leaves while another still needs the coordinator; the watchdog
+    stops watching first."""
+    if not started():
+        return
+    _state['watchdog'].ending.set()
+    try:
+        _client().wait_at_barrier('embodied/finish', int(timeout * 1000))
+    except Exception as e:
+        _die(f'Replica {replica()}: not every replica reached the end of '
+             f'the run within {timeout} s: {type(e).__name__}: '
+             f'{str(e).strip()[:160]}')
+
+
 def lost_replica_message(error):
     """A line naming the replicas the coordination service no longer hears
     from, for an error a collective raised; None when `error` is not a lost
@@ -358,6 +422,4 @@ def exit_lost(error):
     message = lost_replica_message(error)
     if message is None:
         return
-    print(message, file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(1)
+    _die(message)

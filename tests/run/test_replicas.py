@@ -25,7 +25,7 @@ def replica_flags(logdir, replica, port, *extra, replicas=2):
         '--run.envs', 2, '--run.eval_envs', 0, '--run.log_every', 5,
         '--run.save_every', 10, '--run.report_every', 20,
         '--batch_size', 4, '--batch_length', 8, '--report_length', 4,
-        '--replay.chunksize', 32, *extra)
+        '--replay.chunksize', 32, '--run.train_ratio', 8, *extra)
 
 
 def start(tmp_path, logdir, port, *extra, name='run', per_replica=None):
@@ -238,3 +238,19 @@ def test_two_by_two_devices_equal_one_by_four(tmp_path):
             continue
         np.testing.assert_allclose(
             two[0][key], one[key], rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def test_two_replicas_parallel(tmp_path):
+    """--script parallel as two replicas: the agent (here its own process)
+    joins the run; both launchers stop after the same update and exit 0
+    with bit-identical parameters."""
+    logdir = tmp_path / 'run'
+    port = free_port()
+    procs = start(
+        tmp_path, logdir, port, '--script', 'parallel', '--run.steps', 200,
+        '--run.agent_process', True)
+    codes = finish(procs)
+    outputs = [proc.output() for proc in procs]
+    assert codes == [0, 0], '\n\n'.join(o[-3000:] for o in outputs)
+    assert digest(outputs[0]) == digest(outputs[1])
+    assert (logdir / 'ckpt' / 'replay' / '00001').exists()

@@ -163,6 +163,12 @@ def parallel_learner(agent, barrier, args):
                 logger.add(stats)
         if pending:
             finish_update(*pending)
+        if replicated:
+            with link.train_lock:
+                print(f'Replica {args.replica}: parameter digest '
+                      f'{saving.digest(agent.save())} after '
+                      f'{link.learner_stats().get("train_steps", 0)} '
+                      f'updates.', flush=True)
         final = {**prefix(agg.result(), 'train'), **policy_lag()}
         if final:
             logger.add(final).result()
