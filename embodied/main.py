@@ -83,11 +83,17 @@ def _end_replica(error):
     if not distributed.started():
         return
     distributed.exit_lost(error)
-    import traceback
-    traceback.print_exc()
-    print(f'error: replica {distributed.replica()}: '
-          f'{type(error).__name__}: {error}', file=sys.stderr, flush=True)
+    if not isinstance(error, distributed.ReplicaError):
+        import traceback
+        traceback.print_exc()
+    print(f'error: replica {distributed.replica()}: {error}',
+          file=sys.stderr, flush=True)
     sys.stdout.flush()
+    if distributed.replica() == 0:
+        # Replica 0 serves the coordinator: leaving at once would end the
+        # others before they report their own error.
+        import time
+        time.sleep(3)
     os._exit(1)
 
 

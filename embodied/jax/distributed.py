@@ -201,24 +201,33 @@ def check_same_config(config, name='config'):
     mine = json.dumps(shared, sort_keys=True, default=str)
     me = replica()
     _client().key_value_set(f'embodied/{name}/{me}', mine)
-    others = range(1, replicas()) if me == 0 else [0]
-    for other in others:
+    barrier(f'{name}-published')
+    problem = None
+    for other in (range(1, replicas()) if me == 0 else [0]):
         theirs = json.loads(_get(
             f'embodied/{name}/{other}', other, f'its {name}'))
-        ours = json.loads(mine)
-        for key in sorted(set(ours) | set(theirs)):
-            a, b = ours.get(key, '<missing>'), theirs.get(key, '<missing>')
-            if a != b:
-                values = {me: a, other: b}
-                raise ReplicaError(
-                    f'Replicas {min(me, other)} and {max(me, other)} have '
-                    f'different configs: {key} is {values[min(me, other)]!r} '
-                    f'on replica {min(me, other)} and '
-                    f'{values[max(me, other)]!r} on replica '
-                    f'{max(me, other)}. Every replica must run the same '
-                    f'command (only {", ".join(PER_REPLICA_KEYS[:4])} ... '
-                    f'may differ).')
+        problem = problem or _difference(json.loads(mine), theirs, me, other)
+    # Every replica has compared before any leaves (replica 0's leaving
+    # ends the coordinator).
     barrier(f'{name}-checked')
+    if problem:
+        raise ReplicaError(problem)
+
+
+def _difference(ours, theirs, me, other):
+    """The first key whose values differ, as a message; None if none."""
+    low, high = min(me, other), max(me, other)
+    for key in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(key, '<missing>'), theirs.get(key, '<missing>')
+        if a != b:
+            values = {me: a, other: b}
+            return (
+                f'Replicas {low} and {high} have different configs: {key} '
+                f'is {values[low]!r} on replica {low} and {values[high]!r} '
+                f'on replica {high}. Every replica must run the same command '
+                f'(only where it runs and what it prints may differ: '
+                f'{", ".join(PER_REPLICA_KEYS)}).')
+    return None
 
 
 def barrier(name, timeout_ms=WAIT_MS):
@@ -379,8 +388,9 @@ def finish(timeout=600):
     """At the end of a run: waits until every replica got here, so that no
     replica leaves while another still needs the coordinator; the watchdog
     stops watching first."""
-    if not started():
+    if not started() or _state.get('finished'):
         return
+    _state['finished'] = True
     _state['watchdog'].ending.set()
     try:
         _client().wait_at_barrier('embodied/finish', int(timeout * 1000))
