@@ -170,7 +170,8 @@ def run(config):
     print('Run script:', config.script)
     if not config.script.endswith(('_env', '_envs', '_replay')):
         logdir.mkdir()
-        config.save(logdir / 'config.yaml')
+        if config.replica == 0 or config.replicas == 1:  # One writer.
+            config.save(logdir / 'config.yaml')
 
     import portal
     portal.setup(

@@ -392,12 +392,29 @@ def finish(timeout=600):
         return
     _state['finished'] = True
     _state['watchdog'].ending.set()
+    client = _client()
     try:
-        _client().wait_at_barrier('embodied/finish', int(timeout * 1000))
+        client.wait_at_barrier('embodied/finish', int(timeout * 1000))
     except Exception as e:
         _die(f'Replica {replica()}: not every replica reached the end of '
              f'the run within {timeout} s: {type(e).__name__}: '
              f'{str(e).strip()[:160]}')
+    # Replica 0's process serves the coordinator, so it leaves last: the
+    # others disconnect now, and it waits until they have.
+    import jax
+    if replica() != 0:
+        jax.distributed.shutdown()
+        return
+    deadline = time.monotonic() + 60
+    others = list(range(replicas()))
+    while time.monotonic() < deadline:
+        try:
+            if set(int(k) for k in client.get_live_nodes(others)) <= {0}:
+                break
+        except Exception:
+            break
+        time.sleep(0.2)
+    jax.distributed.shutdown()
 
 
 def lost_replica_message(error):

@@ -39,11 +39,13 @@ def main():
     replica, replicas, port, devices, out = sys.argv[1:6]
     updates = int(sys.argv[6]) if len(sys.argv) > 6 else 3
     replica, replicas, devices = int(replica), int(replicas), int(devices)
+    import os
     from embodied import main as mainlib
     local = GLOBAL_BATCH // replicas
     flags = [
         '--configs', 'debug', '--task', 'dummy_disc', '--logdir',
-        f'{out}.logdir', '--batch_size', str(local), '--batch_length', '8',
+        os.path.join(os.path.dirname(out), f'logdir{replicas}'),
+        '--batch_size', str(local), '--batch_length', '8',
         '--report_length', '4', '--run.envs', '2', '--run.eval_envs', '0',
         '--jax.mock_devices', str(devices), '--jax.train_devices',
         *[str(i) for i in range(devices)], '--jax.precompile', 'False']
