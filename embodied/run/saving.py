@@ -113,13 +113,14 @@ class RunCheckpoint:
 
 
 def digest(data):
-    """A short sha256 over the arrays of an agent save (`agent.save()`), by
-    name: replicas of one run print the same digest when their parameters
-    are bit-identical."""
+    """A short sha256 over the parameters of an agent save (`agent.save()`,
+    without the random streams' positions `rng/...`, which count each
+    replica's own policy calls), by name: replicas of one run print the
+    same digest when their parameters are bit-identical."""
     import hashlib
     import numpy as np
     hasher = hashlib.sha256()
-    for key in sorted(data):
+    for key in sorted(k for k in data if not k.startswith('rng/')):
         value = np.ascontiguousarray(np.asarray(data[key]))
         hasher.update(key.encode())
         hasher.update(str((value.dtype.str, value.shape)).encode())

@@ -215,16 +215,16 @@ def test_two_by_two_devices_equal_one_by_four(tmp_path):
     process x 4 devices: parameters bit-identical across the two replicas,
     and equal to the single process's within float32 tolerance."""
     import numpy as np
-    script = launch.SUPPORT / 'replica_agent.py'
+    module = 'embodied.perf.replicas'
     port = free_port()
     procs = [launch.Launch(
-        replica, 2, port, 2, tmp_path / f'two{replica}.npz',
-        script=script, logfile=tmp_path / f'two{replica}.log')
+        '--worker', replica, 2, port, 2, tmp_path / f'two{replica}.npz',
+        module=module, logfile=tmp_path / f'two{replica}.log')
         for replica in range(2)]
     codes = finish(procs)
     assert codes == [0, 0], '\n\n'.join(p.output()[-3000:] for p in procs)
     single = launch.Launch(
-        0, 1, 0, 4, tmp_path / 'one.npz', script=script,
+        '--worker', 0, 1, 0, 4, tmp_path / 'one.npz', module=module,
         logfile=tmp_path / 'one.log')
     code = finish([single])[0]
     assert code == 0, single.output()[-3000:]
