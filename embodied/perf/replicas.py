@@ -86,6 +86,8 @@ def worker(argv):
         print(f'updates/s {rate:.3f} ({replicas} x {devices} devices)',
               flush=True)
     np.savez(out, **agent.save())
+    from embodied.jax import distributed
+    distributed.finish()  # Replica 0, the coordinator, leaves last.
     print('done', flush=True)
 
 
