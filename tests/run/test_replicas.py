@@ -236,8 +236,13 @@ def test_two_by_two_devices_equal_one_by_four(tmp_path):
         if key.startswith('rng/'):
             assert two[0][key] == one[key], key
             continue
+        # The optimizer's moments sum gradients of the whole batch, whose
+        # float32 sums run in another order over hosts (gloo) than within
+        # one process: measured 8e-5 apart at most (in a moment of 0.06),
+        # the parameters 4e-13.
+        atol = 1e-4 if key.startswith('opt/') else 1e-5
         np.testing.assert_allclose(
-            two[0][key], one[key], rtol=1e-4, atol=1e-5, err_msg=key)
+            two[0][key], one[key], rtol=1e-3, atol=atol, err_msg=key)
 
 
 def test_two_replicas_parallel(tmp_path):
