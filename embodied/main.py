@@ -67,6 +67,13 @@ def main(argv=None):
         sys.exit(2)
     try:
         run(config)
+    except validation.BadValue as e:
+        # Values only checkable once JAX sees the devices (a mesh that does
+        # not fit the GPUs), raised while the agent is built.
+        if config.replicas > 1:
+            _end_replica(e, code=2)
+        print(f'error: {e}', file=sys.stderr)
+        sys.exit(2)
     except Exception as e:
         if config.replicas > 1:
             _end_replica(e)
@@ -76,14 +83,15 @@ def main(argv=None):
         distributed.finish()
 
 
-def _end_replica(error):
-    """A replica that fails ends at once with exit code 1 and a message,
-    rather than waiting in JAX's shutdown for replicas that may be gone."""
+def _end_replica(error, code=1):
+    """A replica that fails ends at once with exit code `code` and a
+    message, rather than waiting in JAX's shutdown for replicas that may
+    be gone."""
     from embodied.jax import distributed
     if not distributed.started():
         return
     distributed.exit_lost(error)
-    if not isinstance(error, distributed.ReplicaError):
+    if code == 1 and not isinstance(error, distributed.ReplicaError):
         import traceback
         traceback.print_exc()
     print(f'error: replica {distributed.replica()}: {error}',
@@ -94,7 +102,7 @@ def _end_replica(error):
         # others before they report their own error.
         import time
         time.sleep(3)
-    os._exit(1)
+    os._exit(code)
 
 
 def parse(argv=None):

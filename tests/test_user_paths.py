@@ -272,3 +272,40 @@ if __name__ == '__main__':
     for line in readme_commands():
         print(line)
     sys.exit(0)
+
+
+# docs/devices.md: runs on meshes of 8 mock CPU devices
+
+
+DEVICES = launch.ROOT / 'docs' / 'devices.md'
+
+
+def devices_commands():
+    return [
+        line.strip()
+        for block in re.findall(r'```sh\n(.*?)```', DEVICES.read_text(), re.S)
+        for line in block.splitlines() if line.strip()]
+
+
+def test_devices_page_trains_on_a_mesh():
+    commands = devices_commands()
+    assert any(
+        '--script train' in c and '--jax.train_mesh 2,2,2' in c and
+        '--jax.mock_devices 8' in c for c in commands), commands
+    assert any('--script parallel' in c for c in commands), commands
+
+
+@pytest.mark.parametrize('command', devices_commands(), ids=slug)
+def test_devices_command(tmp_path, command):
+    module, flags = as_test(command, tmp_path)
+    if module == 'embodied.perf.agent_speed':
+        flags = flags[:flags.index('--logdir')]  # not a flag it takes
+        output = run(*flags, module=module, dreamer=False)
+        for mesh in ('8,1,1', '1,8,1'):
+            assert f'| ours {mesh} |' in output, output[-3000:]
+        return
+    output = run(*flags, module=module)
+    assert 'Reached run.steps' in output or 'parallel' in command, (
+        output[-3000:])
+    logdir = pathlib.Path(flags[flags.index('--logdir') + 1])
+    assert launch.saved_tags(logdir, 'agent'), output[-3000:]

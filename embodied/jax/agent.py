@@ -8,6 +8,7 @@ parameters through the modules and draw randomness with `nj.seed()`:
     class MyAgent(embodied.jax.Agent):
         policy_keys = '^(enc|pol)/'   # the parameters policy() reads
         ext_space = {}                # extra per-step keys train() wants
+        partition_rules = ([(regex, PartitionSpec)], [...])  # optional
         def init_policy(self, batch_size): -> carry
         def init_train(self, batch_size): -> carry
         def init_report(self, batch_size): -> carry
@@ -20,6 +21,14 @@ instance of this base that holds the model as `.model`), with the batched
 `embodied.Agent` interface. `config` holds `jax` (the original's keys, see
 `runtime.setup`), `seed`, `logdir` and, for the first trace of `train`,
 `batch_size`, `batch_length` and `replay_context`.
+
+Devices. The learner runs on the train mesh and the policy on the policy
+mesh (`jax.train_mesh`, `jax.policy_mesh`: 'd,f,t', see `mesh.py`); batches
+are split over the data axes ('d', 'f'), and the state (parameters,
+optimizer) is laid out by the model's `partition_rules` (see
+`sharding.py`; replicated without rules). `save()` returns whole host
+arrays and `load()` lays them out by the current mesh, so checkpoints do
+not depend on the layout.
 
 The parameters live on the train devices and `train` updates them in place
 (donated). The policy reads its own copy on the policy devices: the learner

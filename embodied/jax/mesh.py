@@ -29,6 +29,8 @@ API (used by `agent.py`; multi-host code extends `global_batch`):
     fit(text, count, key)             the sizes for `count` devices
     choose_devices(devices, indices, text, key)
                                       the devices a mesh spans (see above)
+    check_config(jaxcfg, batch_size)  the checks that need no JAX (main
+                                      runs them before any worker starts)
     Layout(devices, text, key)        .mesh, .replicated, .batch (sharding
                                       of batches), .data_size (d * f),
                                       .shape ({'d','f','t': size})
@@ -79,14 +81,17 @@ def fit(text, count, key):
     fixed = math.prod(s for s in sizes if s != -1)
     if -1 in sizes:
         if count % fixed:
+            devices = key.replace('_mesh', '_devices')
             raise LayoutError(
                 f"{key} '{text}' needs a multiple of {fixed} devices, but "
-                f"{count} are chosen; {_fitting(count)}.")
+                f"{count} are chosen (a mesh with -1 spans the devices "
+                f"{devices} names); {_fitting(count)}, or fixed sizes such "
+                f"as '{_example(sizes)}' that take more devices.")
         sizes = tuple(count // fixed if s == -1 else s for s in sizes)
     elif fixed != count:
         raise LayoutError(
             f"{key} '{text}' needs {fixed} devices, but {count} are "
-            f"chosen; {_fitting(count)}.")
+            f"chosen; {_fitting(count)}, or one size -1.")
     return sizes
 
 
@@ -102,20 +107,63 @@ def choose_devices(devices, indices, text, key):
     if need > len(devices):
         raise LayoutError(
             f"{key} '{text}' needs {need} devices, but only {len(devices)} "
-            f"exist; {_fitting(len(devices))} (jax.mock_devices fakes more "
-            f"devices on CPU).")
+            f"exist; {_fitting(len(devices))}, or one size -1 "
+            f"(jax.mock_devices fakes more devices on CPU).")
     if need > len(chosen):
         others = [d for d in devices if d not in chosen]
         chosen += others[:need - len(chosen)]
     return chosen
 
 
+def check_batch(batch_size, data_size, key, text, what):
+    """Raises LayoutError unless `batch_size` divides over the `data_size`
+    (d * f) devices of the mesh `text` given as `key`."""
+    if batch_size % data_size:
+        lower = batch_size - batch_size % data_size
+        near = sorted({lower or data_size, lower + data_size})
+        raise LayoutError(
+            f"{what} {batch_size} does not divide over the {data_size} "
+            f"data-parallel devices of {key} '{text}' (d * f); use a "
+            f"multiple of {data_size} (e.g. {' or '.join(map(str, near))}), "
+            f"or a mesh whose d * f divides {batch_size}.")
+
+
+def check_config(jaxcfg, batch_size):
+    """Raises LayoutError for mesh strings that cannot parse and, where the
+    device count is known before JAX starts (`jax.mock_devices`), for meshes
+    that do not fit it and a `batch_size` that does not divide over the
+    train mesh's data axes. The agent checks the rest when it is built."""
+    texts = {
+        key: str(jaxcfg.get(key.split('.')[1], DEFAULT))
+        for key in ('jax.train_mesh', 'jax.policy_mesh')}
+    for key, text in texts.items():
+        parse(text, key)
+    count = int(jaxcfg.get('mock_devices', 0) or 0)
+    if not count:
+        return
+    devices = list(range(count))
+    for key, indices in (
+            ('jax.train_mesh', jaxcfg.get('train_devices', [0])),
+            ('jax.policy_mesh', jaxcfg.get('policy_devices', [0]))):
+        indices = [i for i in indices if 0 <= int(i) < count]
+        chosen = choose_devices(devices, indices, texts[key], key)
+        sizes = fit(texts[key], len(chosen), key)
+        if key == 'jax.train_mesh':
+            check_batch(
+                int(batch_size), sizes[0] * sizes[1], key, texts[key],
+                'batch_size')
+
+
 def _fitting(count):
     divisors = [n for n in range(1, count + 1) if count % n == 0]
+    examples = dict.fromkeys([f"'{count},1,1'", f"'1,{count},1'"])
     return (
-        f"sizes whose product is {count} would fit ('{count},1,1', "
-        f"'1,{count},1', ...; divisors of {count}: "
-        f"{', '.join(map(str, divisors))}), or one size -1")
+        f"sizes whose product is {count} would fit ({', '.join(examples)}; "
+        f"divisors of {count}: {', '.join(map(str, divisors))})")
+
+
+def _example(sizes):
+    return ','.join('1' if s == -1 else str(s) for s in sizes)
 
 
 class Layout:
@@ -137,15 +185,7 @@ class Layout:
 
     def check_batch(self, batch_size, what):
         """Raises LayoutError unless `batch_size` divides over d * f."""
-        if batch_size % self.data_size:
-            lower = batch_size - batch_size % self.data_size
-            raise LayoutError(
-                f"{what} {batch_size} does not divide over the "
-                f"{self.data_size} data-parallel devices of {self.key} "
-                f"'{self.text}' (d * f); use a multiple of {self.data_size} "
-                f"(e.g. {lower or self.data_size} or "
-                f"{lower + self.data_size}), or a mesh whose d * f divides "
-                f"{batch_size}.")
+        check_batch(batch_size, self.data_size, self.key, self.text, what)
 
     def __repr__(self):
         sizes = ','.join(str(self.shape[a]) for a in AXES)

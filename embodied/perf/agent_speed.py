@@ -29,6 +29,16 @@ device's peak bytes in use where the device reports it (GPU), else the
 process's peak resident memory (CPU); `cache MiB` what its compiles left in
 the persistent compilation cache (fresh for every measurement). A setup that cannot run here is
 reported with the reason and skipped.
+
+Layouts. `--jax.train_mesh 8,1,1 1,8,1` measures our agent at each train
+mesh (`--jax.policy_mesh` sets the policy's), e.g. on 8 GPUs, or with
+`--jax.mock_devices 8` on CPU. Per device: `state MiB/device` is the largest
+share of the agent's state (parameters and optimizer moments) one device
+holds, `update peak MiB/device` XLA's estimate of one update's peak on a
+device (arguments, outputs and temporaries), `device peak MiB` the device's
+own peak where it reports one (GPU). On CPU mock devices all devices share
+the same cores and memory: the figures show the layout is right (FSDP cuts
+the state per device by f), not how fast or large a real run would be.
 """
 
 import argparse
@@ -105,6 +115,7 @@ for _ in range(train_steps):
     carry, _, _ = agent.train(carry, next(stream))
 jax.block_until_ready(carry)
 train_rate = train_steps / (time.perf_counter() - start)
+carry_train = carry
 
 obs = {k: sample(v, (policy_batch,)) for k, v in agent.obs_space.items()}
 obs['is_first'] = np.zeros(policy_batch, bool)
@@ -120,6 +131,26 @@ for _ in range(policy_calls):
     carry, act, _ = agent.policy(carry, obs)
     latencies.append(time.perf_counter() - start)
 
+# Per device: the bytes of the agent's state (parameters, optimizer) each
+# device holds, and XLA's estimate of one update's peak (arguments, outputs,
+# temporaries), the largest over devices; `nan` for bases without them.
+state_bytes, step_bytes = {}, float('nan')
+for value in getattr(agent, '_state', {}).values():
+    for shard in getattr(value, 'addressable_shards', []):
+        state_bytes[shard.device] = state_bytes.get(shard.device, 0) + (
+            shard.data.nbytes)
+if hasattr(agent, '_jit_train'):
+    analysis = agent._jit_train.lower(
+        agent._state, carry_train, dict(next(stream)),
+        np.zeros(2, np.uint32)).compile().memory_analysis()
+    if analysis is not None:
+        step_bytes = (
+            analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+            - analysis.alias_size_in_bytes + analysis.temp_size_in_bytes)
+devices_used = [d for d in jax.devices() if d in state_bytes] or (
+    jax.local_devices()[:1])
+device_peaks = [
+    (d.memory_stats() or {}).get('peak_bytes_in_use') for d in devices_used]
 stats = jax.local_devices()[0].memory_stats() or {}
 if 'peak_bytes_in_use' in stats:
     peak, peak_kind = stats['peak_bytes_in_use'], 'device'
@@ -132,6 +163,11 @@ print('RESULT ' + json.dumps(dict(
     policy_p50_ms=1000 * float(np.percentile(latencies, 50)),
     policy_p95_ms=1000 * float(np.percentile(latencies, 95)),
     peak_gb=peak / 2 ** 30, peak_kind=peak_kind,
+    devices=len(devices_used),
+    state_mb=max(state_bytes.values(), default=float('nan')) / 2 ** 20,
+    step_mb=step_bytes / 2 ** 20,
+    device_peak_mb=max(
+        [p for p in device_peaks if p] or [float('nan')]) / 2 ** 20,
     device=str(jax.local_devices()[0].device_kind), batch=[B, T],
     policy_batch=policy_batch)))
 '''
@@ -144,6 +180,10 @@ COLUMNS = (
     ('first_train', 'first train s', '{:.1f}'),
     ('policy_compile', 'policy compile s', '{:.1f}'),
     ('peak_gb', 'peak mem GiB', '{:.2f}'),
+    ('devices', 'train devices', '{:.0f}'),
+    ('state_mb', 'state MiB/device', '{:.3f}'),
+    ('step_mb', 'update peak MiB/device', '{:.3f}'),
+    ('device_peak_mb', 'device peak MiB', '{:.1f}'),
     ('cache_mb', 'cache MiB', '{:.1f}'),
 )
 
@@ -162,6 +202,13 @@ def main(argv=None):
                         help='also measure this base at this git revision')
     parser.add_argument('--setups', default='',
                         help='comma-separated subset of the setups to run')
+    parser.add_argument(
+        '--jax.train_mesh', dest='train_mesh', nargs='+', default=[],
+        help="measure ours at each of these train meshes ('d,f,t'), e.g. "
+             "8,1,1 1,8,1 (with --jax.mock_devices 8 on CPU)")
+    parser.add_argument(
+        '--jax.policy_mesh', dest='policy_mesh', default='',
+        help='the policy mesh for every setup')
     parser.add_argument('--markdown', default='',
                         help='also write the table to this file')
     args, extra = parser.parse_known_args(argv)
@@ -170,6 +217,8 @@ def main(argv=None):
     flags = [
         '--configs', *args.configs, '--jax.debug', 'False',
         '--jax.platform', platform, *[x for x in extra if x != '--']]
+    if args.policy_mesh:
+        flags += ['--jax.policy_mesh', args.policy_mesh]
     with tempfile.TemporaryDirectory() as tmp:
         setups, skipped = make_setups(args, pathlib.Path(tmp), platform)
         if args.setups:
@@ -220,6 +269,12 @@ def make_setups(args, tmp, platform):
     if args.old:
         setups[f'ours@{args.old}'] = (
             [str(export(args.old, tmp / 'old'))], 'ours', ours)
+    if args.train_mesh:
+        setups.pop('ours')
+        setups = {
+            **{f'ours {mesh}': (
+                [str(ROOT)], 'ours', [*ours, '--jax.train_mesh', mesh])
+               for mesh in args.train_mesh}, **setups}
     return setups, skipped
 
 

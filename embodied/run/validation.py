@@ -142,8 +142,30 @@ def check_config(config, replays=True):
         problems += e.problems
     if replays:
         problems += _replay_problems(config)
+    problems += _mesh_problems(config)
     if problems:
         raise BadValue(problems)
+
+
+def _mesh_problems(config):
+    """The `jax.*_mesh` keys against the devices and the batch size (see
+    `embodied.jax.mesh.check_config`); default meshes on real devices need
+    no check here, and importing JAX is left to the agent then."""
+    jaxcfg = config.get('jax')
+    if not jaxcfg or config.get('random_agent') or (
+            config.get('agent_impl') == 'testing'):
+        return []
+    default = '-1,1,1'
+    if not jaxcfg.get('mock_devices') and all(
+            str(jaxcfg.get(k, default)) == default
+            for k in ('train_mesh', 'policy_mesh')):
+        return []
+    from embodied.jax import mesh  # Imports JAX (does not start it).
+    try:
+        mesh.check_config(jaxcfg, config.batch_size)
+    except BadValue as e:
+        return e.problems
+    return []
 
 
 def _replay_problems(config):

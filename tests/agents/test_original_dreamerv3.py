@@ -139,7 +139,17 @@ def test_original_agent_trains_and_acts(agent):
     assert act['move'].shape == (3, 2) and np.isfinite(act['move']).all()
 
 
-@pytest.mark.parametrize('script, flags', helpers.SCRIPTS)
+# The original's agent code on a mesh: 8 mock CPU devices, data, FSDP and
+# tensor parallel axes of 2 (it has no partition rules, so its parameters
+# are replicated and its batches split over d and f).
+MESH = ('train', [
+    '--jax.mock_devices', '8', '--jax.train_mesh', '2,2,2',
+    '--batch_size', '8'])
+
+
+@pytest.mark.parametrize(
+    'script, flags', [*helpers.SCRIPTS, MESH],
+    ids=[s for s, _ in helpers.SCRIPTS] + ['train-mesh-2,2,2'])
 def test_original_agent_trains_under_script(tmp_path, script, flags):
     pytest.importorskip('einops')
     pytest.importorskip('chex')
