@@ -55,6 +55,15 @@ batch of n rows runs on the smallest compiled size >= n, padded with copies
 of its first row and the results cut back to n rows, so partial batches
 never trace anew. `self.traces` counts the traces per function.
 
+Replicas (several hosts, `distributed`). Building the agent first joins
+the run's replicas when `config.replicas > 1` (JAX's distributed runtime).
+The train mesh then spans every host's devices and the policy mesh this
+host's. `init_train(n)`, `init_report(n)`, `train` and `report` take this
+host's n rows; the global batch is n times the number of replicas (each
+host's rows joined in replica order). `train` and `report` are collectives:
+every replica must call them equally often and in the same order; `save`
+and `load` are not, while the parameters are replicated.
+
 Thread contract. Tracing a ninjax function uses process-wide state (its name
 scope), so every trace in the process runs under one lock, `TRACE_LOCK`;
 the column "traces" says when a method can still trace (and take it).
