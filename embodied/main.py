@@ -350,7 +350,11 @@ def make_env(config, index, **overrides):
     kwargs = dict(config.env.get(suite, {}))
     kwargs.update(overrides)
     if kwargs.pop('use_seed', False):
-        kwargs['seed'] = hash((config.seed, index)) % (2 ** 32 - 1)
+        # Replicas step envs of their own seeds (replica 0's are those of a
+        # run of one replica).
+        key = (config.seed, index) if not config.replica else (
+            config.seed, config.replica, index)
+        kwargs['seed'] = hash(key) % (2 ** 32 - 1)
     if kwargs.pop('use_logdir', False):
         kwargs['logdir'] = elements.Path(config.logdir) / f'env{index}'
     env = ctor(task, **kwargs)

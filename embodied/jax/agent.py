@@ -191,7 +191,8 @@ class Agent(embodied.Agent):
 
     def _init_policy_carry(self, batch_size):
         carry = self._jit_init_policy(
-            self._params.acting(), self._seed('init'), batch_size)
+            self._params.acting(), self._seed(self._policy_init_stream()),
+            batch_size)
         return jax.device_put(carry, self._policy_batch)
 
     def init_train(self, batch_size):
@@ -630,6 +631,13 @@ class Agent(embodied.Agent):
         `batch_size` rows of its own replay."""
         return batch_size * jax.process_count()
 
+    def _policy_init_stream(self):
+        """The seed stream of policy carries: 'init' as in the original with
+        one process; with replicas 'policy', so that the 'init' stream, which
+        the learner's collective calls read, advances alike on every
+        replica however often each one's actor starts carries."""
+        return 'policy' if jax.process_count() > 1 else 'init'
+
     def _local_rows(self, batch_size):
         """This host's rows of a global batch of `batch_size` rows."""
         return batch_size // jax.process_count()
@@ -731,7 +739,12 @@ class Agent(embodied.Agent):
             count = self._calls[name]
             self._calls[name] = count + 1
         index = SEED_STREAMS.index(name)
-        sequence = np.random.SeedSequence([self._seed_base, index, count])
+        entropy = [self._seed_base, index, count]
+        if name == 'policy' and jax.process_count() > 1:
+            # Each replica acts in its own envs with its own randomness; the
+            # learner's streams stay the same on every replica.
+            entropy.append(jax.process_index())
+        sequence = np.random.SeedSequence(entropy)
         return sequence.generate_state(2).astype(np.uint32)
 
     def _rng_state(self):
