@@ -352,8 +352,9 @@ def make_env(config, index, **overrides):
     if kwargs.pop('use_seed', False):
         # Replicas step envs of their own seeds (replica 0's are those of a
         # run of one replica).
-        key = (config.seed, index) if not config.replica else (
-            config.seed, config.replica, index)
+        key = (config.seed, index)
+        if config.replicas > 1 and config.replica:
+            key = (config.seed, config.replica, index)
         kwargs['seed'] = hash(key) % (2 ** 32 - 1)
     if kwargs.pop('use_logdir', False):
         kwargs['logdir'] = elements.Path(config.logdir) / f'env{index}'
