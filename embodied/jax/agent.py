@@ -104,6 +104,7 @@ import jax
 import jax.numpy as jnp
 import ninjax as nj
 import numpy as np
+
 import embodied
 
 from . import distributed
@@ -401,8 +402,7 @@ class Agent(embodied.Agent):
             # shapes this trace created; each device computes its shards.
             self._state_shardings = shardinglib.param_shardings(
                 state, self._param_rules, self._train_layout.mesh)
-            return jax.lax.with_sharding_constraint(
-                state, self._state_shardings)
+            return shardinglib.constrain(state, self._state_shardings)
 
         init = self._jit(init)
         return init(
@@ -604,7 +604,7 @@ class Agent(embodied.Agent):
             state, (carry, outs, metrics) = pure['train'](
                 state, carry, data, seed=seed)
             # The updated state keeps the layout of the parameters.
-            state = jax.lax.with_sharding_constraint(
+            state = shardinglib.constrain(
                 state, {k: self._state_shardings[k] for k in state})
             return state, carry, outs, metrics
 

@@ -27,6 +27,8 @@ API (used by `agent.py`):
     param_shardings(shapes, rules, mesh)   {name: NamedSharding}
     activations(mesh, rules)               context: the nets layers apply
                                            the rules while tracing in it
+    constrain(tree, shardings)             `with_sharding_constraint` where
+                                           the mesh has several devices
     summary(shardings)                     one line per rule's layout
 """
 
@@ -90,17 +92,29 @@ def fit_spec(spec, shape, mesh, name='array'):
 @contextlib.contextmanager
 def activations(mesh, rules):
     """While tracing inside, the layers of `embodied.jax.nets` constrain
-    their outputs by `rules` (see the module docstring). Traces run under
+    their outputs by `rules` (see the module docstring); on a one-device
+    mesh they add nothing. Traces run under
     the agent's trace lock; this lock also guards against other callers."""
     rules = [(re.compile(regex), spec) for regex, spec in rules]
     with _lock:
         previous = nets.LAYER_CALLBACK
-        if rules:
+        # On one device there is nothing to lay out; no constraint keeps
+        # the program as it is without a mesh.
+        if rules and mesh.size > 1:
             nets.LAYER_CALLBACK = _constrainer(mesh, rules)
         try:
             yield
         finally:
             nets.LAYER_CALLBACK = previous
+
+
+def constrain(tree, shardings):
+    """`tree` laid out by `shardings` inside a traced function; unchanged
+    when they span one device (the same program as without a mesh)."""
+    leaves = jax.tree.leaves(shardings)
+    if all(len(s.device_set) == 1 for s in leaves):
+        return tree
+    return jax.lax.with_sharding_constraint(tree, shardings)
 
 
 def _constrainer(mesh, rules):

@@ -14,6 +14,8 @@ run R ('ref' or a layout):
     R/shards/<name>            per device of the layout, the shape of its
                                shard of each state entry, (devices, rank)
     R/spec/<name>              the entry's PartitionSpec as text
+    R/policy/<name>            the policy's copy of a parameter after the
+                               last update: rows (device id, *shard shape)
     ckpt/1to142/<name>         the reference's final save, loaded by the
                                '1,4,2' agent and saved again
     ckpt/222to1/<name>         the '2,2,2' agent's final save, loaded by the
@@ -40,11 +42,12 @@ ACT = {
 }
 
 
-def make_config(logdir, mesh):
+def make_config(logdir, mesh, policy_mesh='-1,1,1'):
     from embodied import main as mainlib
     config = mainlib.parse([
         '--configs', 'debug', '--logdir', str(logdir),
         '--jax.mock_devices', '8', '--jax.train_mesh', mesh,
+        '--jax.policy_mesh', policy_mesh,
         '--jax.compute_dtype', 'float32', '--jax.precompile', 'False',
         # Reward and value heads that start away from zero: otherwise the
         # imagined returns and advantages of the first updates are at the
@@ -96,6 +99,11 @@ def train(agent, config, data, name, out):
             [s.data.shape for s in shards], np.int64).reshape(
                 len(shards), array.ndim)
         out[f'{name}/spec/{key}'] = np.array(str(array.sharding.spec))
+    # The policy's copy of its parameters, as the handover left it.
+    for key, array in agent._params.newest().items():
+        shards = sorted(array.addressable_shards, key=lambda s: s.device.id)
+        out[f'{name}/policy/{key}'] = np.array(
+            [[s.device.id, *s.data.shape] for s in shards], np.int64)
 
 
 def main(path, layouts):
@@ -114,7 +122,9 @@ def main(path, layouts):
     final.agent = reference
     final.save()
     for layout in layouts:
-        config = make_config(root / layout, layout)
+        # The 2,2,2 agent acts on a mesh of its own: FSDP over devices 0-1.
+        policy_mesh = '1,2,1' if layout == '2,2,2' else '-1,1,1'
+        config = make_config(root / layout, layout, policy_mesh)
         agent = Agent(OBS, ACT, config)
         # Every layout starts from the reference's saved initial state.
         ckpt = checkpoint.Checkpoint(root / 'initial')

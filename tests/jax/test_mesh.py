@@ -152,6 +152,20 @@ def test_sharding_is_real(runs, layout):
     assert total > 20 or f == 1
 
 
+def test_policy_parameters_move_to_the_policy_mesh(runs):
+    """The policy's copy lies on its own mesh, laid out by the same rules:
+    device 0 whole by default; for the 2,2,2 run, policy mesh 1,2,1 over
+    devices 0 and 1, each holding half of a kernel's input rows."""
+    name = 'pol/mlp/linear0/kernel'  # 16 x 8 at debug
+    for layout in ('8,1,1', '1,4,2'):
+        assert runs[f'{layout}/policy/{name}'].tolist() == [[0, 16, 8]]
+    assert runs[f'2,2,2/policy/{name}'].tolist() == [[0, 8, 8], [1, 8, 8]]
+    assert not any(
+        k.startswith('2,2,2/policy/') and k.split('/policy/')[1].startswith(
+            ('dec/', 'rew/', 'con/', 'val/', 'slowval/', 'opt/'))
+        for k in runs)
+
+
 def test_checkpoints_load_across_layouts(runs):
     """A save on 1 device loads on 1,4,2, and a save on 2,2,2 loads on 1
     device, through checkpoint files of the usual format."""
