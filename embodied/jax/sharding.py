@@ -27,8 +27,7 @@ API (used by `agent.py`):
     param_shardings(shapes, rules, mesh)   {name: NamedSharding}
     activations(mesh, rules)               context: the nets layers apply
                                            the rules while tracing in it
-    constrain(tree, shardings)             `with_sharding_constraint` where
-                                           the mesh has several devices
+    constrain(tree, shardings)             `with_sharding_constraint`
     summary(shardings)                     one line per rule's layout
 """
 
@@ -109,11 +108,9 @@ def activations(mesh, rules):
 
 
 def constrain(tree, shardings):
-    """`tree` laid out by `shardings` inside a traced function; unchanged
-    when they span one device (the same program as without a mesh)."""
-    leaves = jax.tree.leaves(shardings)
-    if all(len(s.device_set) == 1 for s in leaves):
-        return tree
+    """`tree` laid out by `shardings` inside a traced function. Also on one
+    device: the outputs then carry the same sharding as the inputs of the
+    next call, which therefore reuses its compiled program."""
     return jax.lax.with_sharding_constraint(tree, shardings)
 
 
