@@ -259,3 +259,23 @@ def test_two_replicas_parallel(tmp_path):
     assert codes == [0, 0], '\n\n'.join(o[-3000:] for o in outputs)
     assert digest(outputs[0]) == digest(outputs[1])
     assert (logdir / 'ckpt' / 'replay' / '00001').exists()
+
+
+def test_hosts_page_commands_give_each_replica_its_index(monkeypatch):
+    """The replica commands of docs/hosts.md (not run one by one in
+    tests/test_user_paths.py: they only run together) parse to replicas
+    0 and 1 of 2 with one coordinator."""
+    import shlex
+    text = (launch.ROOT / 'docs' / 'hosts.md').read_text()
+    commands = [
+        line.strip().rstrip('&').strip()
+        for block in re.findall(r'```sh\n(.*?)```', text, re.S)
+        for line in block.splitlines() if line.startswith('python -m')]
+    assert len(commands) == 4, commands
+    for pair in (commands[:2], commands[2:]):
+        configs = [
+            _parse(shlex.split(c)[3:], monkeypatch, {}) for c in pair]
+        assert [c.replica for c in configs] == [0, 1]
+        assert {c.replicas for c in configs} == {2}
+        assert len({c.jax.coordinator_address for c in configs}) == 1
+        assert len({c.logdir for c in configs}) == 1
