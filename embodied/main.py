@@ -20,6 +20,7 @@ import numpy as np
 
 import embodied
 from embodied import config as configlib
+from embodied import rpc
 from embodied.run import arguments
 from embodied.run import memory
 from embodied.run import replicas as replicaslib
@@ -67,6 +68,9 @@ def main(argv=None):
         sys.exit(2)
     try:
         run(config)
+    except rpc.Unreachable as e:  # A role that never came, or refused us.
+        print(f'error: {e}', file=sys.stderr, flush=True)
+        sys.exit(rpc.supervisor.exit_code(e))
     except validation.BadValue as e:
         # Values only checkable once JAX sees the devices (a mesh that does
         # not fit the GPUs), raised while the agent is built.

@@ -1,7 +1,8 @@
 """The paths a user runs, as a user runs them: the default DreamerV3 agent on
 CPU at the `debug` size with few steps. Every `--script`, every suite block
-under `train` and `parallel`, and every shell command of README.md, read from
-README.md itself, so a README command that stops working fails here.
+under `train` and `parallel`, and every shell command of README.md and of the
+pages under docs/, read from the pages themselves, so a documented command
+that stops working fails here.
 
 Every DreamerV3 run also checks that the agent compiled ahead and never
 traced again mid-run ('Agent: tracing ...' is printed when it does).
@@ -12,6 +13,7 @@ import os
 import pathlib
 import re
 import shlex
+import subprocess
 import sys
 
 import pytest
@@ -127,7 +129,7 @@ def test_suite_trains(tmp_path, block):
     assert 'Reached run.steps' in output
 
 
-# The README's suite commands run the parallel runner on atari100k, crafter
+# The suite commands of docs/suites.md run the parallel runner on atari100k, crafter
 # and dmc_vision at size1m; the other two blocks run here.
 @pytest.mark.parametrize('block', ['atari', 'dmc_proprio'])
 def test_suite_parallel(tmp_path, block):
@@ -136,11 +138,15 @@ def test_suite_parallel(tmp_path, block):
     assert f'Reached run.steps ({STEPS})' in output
 
 
-# README.md
+# README.md and docs/*.md
 
 
-# README commands that are not runs of this package, and why they are not
-# run here.
+# Pages whose shell commands run below, README.md first: a command that
+# stands on several pages runs once.
+PAGES = [README, *sorted((launch.ROOT / 'docs').rglob('*.md'))]
+
+# Commands of those pages that are not runs of this package, and why they
+# are not run here.
 NOT_RUN = {
     'python3 -m venv': 'creates the environment this test runs in',
     '.': 'activates that environment',
@@ -161,18 +167,26 @@ NOT_RUN = {
         'one of several replicas started together',
     'python -m embodied.main --configs debug --task dummy_disc --logdir ~/logdir/replicas --replica 1 --replicas 2 --jax.coordinator_address 127.0.0.1:8476 --jax.mock_devices 2 --jax.train_devices 0 1':
         'one of several replicas started together',
+    'mkdocs build': 'tests/test_docs.py builds the site',
 }
+
+ASSIGNMENTS = r'^((?:[A-Z_][A-Z0-9_]*=\S+\s+)+)'
 
 
 def without_env(command):
     """The command without its leading `NAME=value` assignments."""
-    return re.sub(r'^([A-Z_][A-Z0-9_]*=\S+\s+)+', '', command)
+    return re.sub(ASSIGNMENTS, '', command)
 
 
-def readme_commands():
-    """The shell commands of README.md: the lines of its ```sh blocks (split
+def env_of(command):
+    """The command's leading `NAME=value` assignments as a dict."""
+    match = re.match(ASSIGNMENTS, command)
+    return dict(x.split('=', 1) for x in match.group(1).split()) if match else {}
+
+
+def page_commands(text):
+    """The shell commands of one page: the lines of its ```sh blocks (split
     at `&&`) and the commands in its tables, in order."""
-    text = README.read_text()
     commands = []
     for block in re.findall(r'```sh\n(.*?)```', text, re.S):
         for line in block.splitlines():
@@ -181,30 +195,66 @@ def readme_commands():
     return commands
 
 
-def readme_runs():
-    runs = [c for c in readme_commands() if not any(
-        without_env(c) == p or without_env(c).startswith(p + ' ')
-        for p in NOT_RUN)]
+def doc_commands():
+    """The shell commands of README.md and the docs pages, each once."""
+    commands = []
+    for page in PAGES:
+        for command in page_commands(page.read_text()):
+            if command not in commands:
+                commands.append(command)
+    return commands
+
+
+def page_scripts():
+    """The Python scripts the pages define: ```python blocks that open with
+    a `# name.py` line, by name."""
+    scripts = {}
+    for page in PAGES:
+        for code in re.findall(r'```python\n(.*?)```', page.read_text(), re.S):
+            name = re.match(r'# (\w+\.py)\n', code)
+            if name:
+                assert name.group(1) not in scripts, (page, name.group(1))
+                scripts[name.group(1)] = code
+    return scripts
+
+
+def is_not_run(command):
+    command = without_env(command)
+    return any(command == p or command.startswith(p + ' ') for p in NOT_RUN)
+
+
+def doc_runs():
+    runs = [c for c in doc_commands() if not is_not_run(c)]
     assert len(runs) >= 10, runs
     return runs
 
 
-def test_readme_commands_are_all_known():
-    """Every README command either runs below or is named in NOT_RUN."""
-    commands = readme_commands()
-    for command in map(without_env, commands):
-        assert command.startswith('python -m embodied.') or any(
-            command == p or command.startswith(p + ' ') for p in NOT_RUN), (
-                command)
+def test_doc_commands_are_all_known():
+    """Every command of the pages either runs below or is named in NOT_RUN:
+    `python -m embodied.*`, `python -c`, or `python <script>.py` for a
+    script a page defines."""
+    scripts = page_scripts()
+    commands = doc_commands()
+    for command in commands:
+        argv = shlex.split(without_env(command))
+        assert is_not_run(command) or argv[:2] == ['python', '-c'] or (
+            argv[:2] == ['python', '-m'] and argv[2].startswith('embodied.')
+        ) or (argv[0] == 'python' and argv[1] in scripts), command
     assert any(c.startswith('python -m embodied.plot') for c in commands)
 
 
 def as_test(command, tmp_path):
-    """The README command's argv with its logdirs under `tmp_path` and, for
+    """The command's entry (`-m module`, or a script of a page written to
+    `tmp_path`) and flags, with its logdirs under `tmp_path` and, for
     DreamerV3 runs, at most STEPS env steps."""
-    argv = shlex.split(command)
-    assert argv[:2] == ['python', '-m'], command
-    module, flags = argv[2], argv[3:]
+    argv = shlex.split(without_env(command))
+    if argv[1].endswith('.py'):
+        script = tmp_path / argv[1]
+        script.write_text(page_scripts()[argv[1]])
+        entry, flags = dict(script=script), argv[2:]
+    else:
+        assert argv[:2] == ['python', '-m'], command
+        entry, flags = dict(module=argv[2]), argv[3:]
     mapped = []
     for index, flag in enumerate(flags):
         if re.match(r'(~/)?logdir(/|$)', flag) or (
@@ -212,8 +262,8 @@ def as_test(command, tmp_path):
             flag = str(tmp_path / flag.removeprefix('~/'))
         mapped.append(flag)
     flags = mapped
-    if module == 'embodied.plot':
-        return module, flags
+    if entry.get('module') == 'embodied.plot':
+        return entry, flags
     if '--logdir' not in flags:
         flags += ['--logdir', str(tmp_path / 'logdir' / 'default')]
     dreamer = '--agent_impl' not in flags
@@ -223,7 +273,23 @@ def as_test(command, tmp_path):
             flags[index] = str(min(float(flags[index]), STEPS))
         else:
             flags += ['--run.steps', str(STEPS)]
-    return module, flags
+    return entry, flags
+
+
+def run_entry(entry, flags, extra_env=None, dreamer=True):
+    """Runs `python -m module` or `python script` as the pages do, with the
+    command's own `NAME=value` assignments added to the test environment
+    (a PYTHONPATH is put in front of the test's)."""
+    env = launch.env()
+    for name, value in (extra_env or {}).items():
+        env[name] = (os.pathsep.join([value, env[name]])
+                     if name == 'PYTHONPATH' else value)
+    result = subprocess.run(
+        launch.command(*flags, **entry), cwd=launch.ROOT, env=env,
+        timeout=TIMEOUT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    check_output(result.returncode, result.stdout, dreamer)
+    return result.stdout
 
 
 def write_scores(folder, scores):
@@ -237,41 +303,49 @@ def write_scores(folder, scores):
 
 
 def slug(command):
-    """A short test id for a README command."""
-    words = command.split()[2:]
+    """A short test id for a command."""
+    words = shlex.split(without_env(command))[1:]
+    if words[0] == '-m':
+        words = words[1:]
     return re.sub(r'[^A-Za-z0-9_.]+', '-', ' '.join(words))[:70].strip('-')
 
 
-@pytest.mark.parametrize('command', readme_runs(), ids=slug)
-def test_readme_command(tmp_path, command):
-    module, flags = as_test(command, tmp_path)
-    if module == 'embodied.plot':
+@pytest.mark.parametrize('command', doc_runs(), ids=slug)
+def test_doc_command(tmp_path, command):
+    argv = shlex.split(without_env(command))
+    if argv[:2] == ['python', '-c']:
+        result = subprocess.run(
+            [sys.executable, *argv[1:]], cwd=launch.ROOT, env=launch.env(),
+            timeout=TIMEOUT, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return
+    entry, flags = as_test(command, tmp_path)
+    if entry.get('module') == 'embodied.plot':
         pytest.importorskip('matplotlib')
         logdir = tmp_path / 'logdir'
-        # Runs as the README names them; a --label sweep gets runs whose
+        # Runs as the page names them; a --label sweep gets runs whose
         # paths its regex matches.
         names = ('lr1e-4/seed0', 'lr3e-4/seed0') if '--label' in flags else (
             'cartpole', 'dreamer/seed0', 'dreamer/seed1', 'random/seed0')
         for name in names:
             write_scores(logdir / name, range(10))
-        result = launch.run(*flags, module=module, timeout=TIMEOUT)
-        assert result.returncode == 0, result.stdout[-3000:]
+        run_entry(entry, flags, dreamer=False)
         outdir = pathlib.Path(
             flags[flags.index('--outdir') + 1] if '--outdir' in flags
             else flags[0])
         name = flags[flags.index('--name') + 1] if '--name' in flags else (
             'curves')
-        assert (outdir / f'{name}.png').exists(), result.stdout[-3000:]
+        assert (outdir / f'{name}.png').exists(), list(outdir.iterdir())
         return
     if '--run.from_checkpoint' in flags:
-        # Watches the run of the README's command before it, made here.
+        # Watches the run of the page's command before it, made here.
         source = flags[flags.index('--run.from_checkpoint') + 1]
-        before = readme_runs()[readme_runs().index(command) - 1]
-        _, first = as_test(before, tmp_path)
+        before = doc_runs()[doc_runs().index(command) - 1]
+        first_entry, first = as_test(before, tmp_path)
         assert str(source) == first[first.index('--logdir') + 1], before
-        run(*first, module=module, dreamer=False)
+        run_entry(first_entry, first, env_of(before), dreamer=False)
     dreamer = '--agent_impl' not in flags
-    output = run(*flags, module=module, dreamer=dreamer)
+    output = run_entry(entry, flags, env_of(command), dreamer=dreamer)
     assert re.search(r'Reached run\.steps|\[Summary\]', output), output[-3000:]
     if '--logger.outputs' in flags and 'tensorboard' in flags:
         logdir = pathlib.Path(flags[flags.index('--logdir') + 1])
@@ -281,58 +355,34 @@ def test_readme_command(tmp_path, command):
         assert list((logdir / 'videos').glob('*.gif')), output[-3000:]
 
 
-if __name__ == '__main__':
-    for line in readme_commands():
-        print(line)
-    sys.exit(0)
-
-
-# docs/devices.md: runs on meshes of 8 mock CPU devices
+# docs/devices.md: its mesh commands run in test_doc_command; its memory
+# benchmark at debug runs here (written inline, as benchmarks are).
 
 
 DEVICES = launch.ROOT / 'docs' / 'devices.md'
 
 
-# Commands of docs/devices.md not run here, and why.
-DEVICES_NOT_RUN = {
-    'python -m embodied.perf.agent_speed --configs size12m': (
-        'compiles size12m on 8 mock devices for minutes; the same command '
-        'at debug runs here'),
-}
-
-
-def devices_commands(everything=False):
-    commands = [
-        line.strip()
-        for block in re.findall(r'```sh\n(.*?)```', DEVICES.read_text(), re.S)
-        for line in block.splitlines() if line.strip()]
-    if everything:
-        return commands
-    return [c for c in commands if not any(
-        c.startswith(p + ' ') for p in DEVICES_NOT_RUN)]
-
-
 def test_devices_page_trains_on_a_mesh():
-    assert len(devices_commands(everything=True)) == len(
-        devices_commands()) + len(DEVICES_NOT_RUN)
-    commands = devices_commands()
+    commands = page_commands(DEVICES.read_text())
     assert any(
         '--script train' in c and '--jax.train_mesh 2,2,2' in c and
         '--jax.mock_devices 8' in c for c in commands), commands
     assert any('--script parallel' in c for c in commands), commands
 
 
-@pytest.mark.parametrize('command', devices_commands(), ids=slug)
-def test_devices_command(tmp_path, command):
-    module, flags = as_test(command, tmp_path)
-    if module == 'embodied.perf.agent_speed':
-        flags = flags[:flags.index('--logdir')]  # not a flag it takes
-        output = run(*flags, module=module, dreamer=False)
-        for mesh in ('8,1,1', '1,8,1'):
-            assert f'| ours {mesh} |' in output, output[-3000:]
-        return
-    output = run(*flags, module=module)
-    assert 'Reached run.steps' in output or 'parallel' in command, (
-        output[-3000:])
-    logdir = pathlib.Path(flags[flags.index('--logdir') + 1])
-    assert launch.saved_tags(logdir, 'agent'), output[-3000:]
+def test_devices_memory_benchmark(tmp_path):
+    """The page's `agent_speed` command at `debug` reports a row per mesh."""
+    command = re.search(
+        r'`(python -m embodied\.perf\.agent_speed --configs debug [^`]+)`',
+        DEVICES.read_text()).group(1)
+    argv = shlex.split(command)
+    result = launch.run(*argv[3:], module=argv[2], timeout=TIMEOUT)
+    assert result.returncode == 0, result.stdout[-3000:]
+    for mesh in ('8,1,1', '1,8,1'):
+        assert f'| ours {mesh} |' in result.stdout, result.stdout[-3000:]
+
+
+if __name__ == '__main__':
+    for line in doc_commands():
+        print(line)
+    sys.exit(0)

@@ -33,8 +33,10 @@ def nonfinite(batch, envids, skip_prefix='log/'):
         if key.startswith(skip_prefix):
             continue
         value = np.asarray(value)
-        if value.dtype.kind not in 'fc':
+        if value.dtype.kind not in 'fc' or not value.size:
             continue
+        if np.isfinite(np.add.reduce(value, axis=None)):
+            continue  # One reduction, no mask; an overflow is looked at.
         finite = np.isfinite(value)
         if finite.all():
             continue

@@ -99,6 +99,7 @@ class Replay:
         self._next_itemid = 0
         self._streams = {}       # worker -> _Stream
         self._spec = {'stepid': (np.dtype(np.uint8), (chunklib.STEPID_BYTES,))}
+        self._layout = (None, None)  # `layout`'s last answer and its version.
         self._step_keys = None   # keys every added step carries
         self._known = set()      # uuids of all chunks created or loaded here
         maxlen = self.capacity // self.length + 1 if self.capacity else None
@@ -280,13 +281,18 @@ class Replay:
 
     # Sampling -------------------------------------------------------------
 
-    def sample(self, batch, mode='train'):
+    def sample(self, batch, mode='train', out=None):
         """A batch of sequences: dict of arrays shaped (batch, length, ...).
 
         Holds every key ever added or written by `update`, plus `stepid`.
         `is_first` is set at the start of each sequence and `is_last` before
         every `is_first` inside it. Waits while the replay is empty (raising
         `limiters.Released` if `close()` is called meanwhile).
+
+        With `out` (a dict of arrays, e.g. views of a shared-memory slot, see
+        `layout`), the sequences are copied straight into those arrays and
+        `out` is returned, when its keys, dtypes and shapes are the batch's;
+        otherwise new arrays are returned as without it.
         """
         if mode not in MODES:
             raise ValueError(
@@ -312,8 +318,22 @@ class Replay:
                 break
             # Chunks stay valid outside the lock: a freed chunk is only dropped
             # from the index, and appends never touch rows of stored items.
-            data = _assemble(draws, spec, self.length)
+            if out is not None and not _fits(out, spec, batch, self.length):
+                out = None
+            data = _assemble(draws, spec, self.length, out)
         return _mark_boundaries(data)
+
+    def layout(self, batch):
+        """`(key, dtype, shape)` of each array of `sample(batch)`, in its
+        order, for the keys stored so far."""
+        with self._lock:
+            # The spec only grows (add, update): its size tells its version.
+            version = (batch, len(self._spec))
+            if self._layout[0] != version:
+                self._layout = version, tuple(
+                    (key, np.dtype(dtype), (batch, self.length, *shape))
+                    for key, (dtype, shape) in self._spec.items())
+            return self._layout[1]
 
     def _draw(self, mode):
         if self.online and mode == 'train':
@@ -666,20 +686,34 @@ class Replay:
             self._writer = None
 
 
-def _assemble(draws, spec, length):
-    data = {}
+def _fits(out, spec, batch, length):
+    """Whether `out` has an array of the right dtype and shape for every key
+    of `spec` (keys beyond `spec` are left alone)."""
     for key, (dtype, shape) in spec.items():
-        out = np.empty((len(draws), length, *shape), dtype)
+        array = out.get(key)
+        if (not isinstance(array, np.ndarray) or array.dtype != dtype or
+                array.shape != (batch, length, *shape)):
+            return False
+    return True
+
+
+def _assemble(draws, spec, length, out=None):
+    data = {} if out is None else out
+    for key, (dtype, shape) in spec.items():
+        if out is None:
+            array = np.empty((len(draws), length, *shape), dtype)
+            data[key] = array
+        else:
+            array = out[key]
         for b, segments in enumerate(draws):
             t = 0
             for chunk, start, count in segments:
                 column = chunk.data.get(key)
                 if column is None:
-                    out[b, t:t + count] = 0
+                    array[b, t:t + count] = 0
                 else:
-                    out[b, t:t + count] = column[start:start + count]
+                    array[b, t:t + count] = column[start:start + count]
                 t += count
-        data[key] = out
     return data
 
 

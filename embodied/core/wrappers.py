@@ -257,6 +257,10 @@ def _check_values(kind, values, checks):
                 f"{_describe(value)}.")
 
 
+# The reductions without numpy's Python-level wrappers (`array.min()`).
+_MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
+
+
 class _SpaceCheck:
     """A check of values against one space, with the space's bounds reduced
     once to what must really be compared: this runs for every obs and action
@@ -284,6 +288,7 @@ class _SpaceCheck:
             trivial_low, trivial_high = low == -np.inf, high == np.inf
         self.low = self._reduce(low, trivial_low)
         self.high = self._reduce(high, trivial_high)
+        self.shape, self.dtype = space.shape, space.dtype
         # Scalars are most keys of a step: they compare as Python numbers.
         self.scalar = space.shape == ()
         if self.scalar:
@@ -299,41 +304,56 @@ class _SpaceCheck:
         return bound
 
     def __call__(self, value):
-        space = self.space
         if self.text:
             if isinstance(value, str) or (
                     isinstance(value, (np.ndarray, np.generic))
                     and np.issubdtype(value.dtype, np.str_)):
                 return None
             return 'wrong type'
-        if not isinstance(value, (np.ndarray, np.generic, bool, int, float)):
+        if isinstance(value, np.ndarray):
+            array = value
+        elif isinstance(value, (np.generic, bool, int, float)):
+            array = np.asarray(value)
+        else:
             return 'wrong type'
-        array = np.asarray(value)
-        if array.shape != space.shape:
+        if array.shape != self.shape:
             return 'wrong shape'
-        if array.dtype != space.dtype:
+        if array.dtype != self.dtype:
             return 'wrong dtype'
         if self.scalar:
             return self._check_scalar(array.item())
         if not array.size:
             return None
-        if self.floating and not np.isfinite(array.sum()):
+        low, high = self.low, self.high
+        uniform = np.ndim(low) == 0 and np.ndim(high) == 0
+        if self.floating and uniform and (low is not None or high is not None):
+            # The extremes tell both finiteness and bounds: NaN and inf
+            # show in them. Two reductions instead of three.
+            least = _MIN(array, axis=None)
+            most = _MAX(array, axis=None)
+            if not (math.isfinite(least) and math.isfinite(most)):
+                return 'not finite'
+            if low is not None and least < low:
+                return 'out of bounds'
+            if high is not None and most > high:
+                return 'out of bounds'
+            return None
+        if self.floating and not math.isfinite(_SUM(array, axis=None)):
             if not np.isfinite(array).all():
                 return 'not finite'
-        if self.low is not None:
-            if np.ndim(self.low) == 0:
-                if array.min() < self.low:
+        if low is not None:
+            if np.ndim(low) == 0:
+                if _MIN(array, axis=None) < low:
                     return 'out of bounds'
-            elif (array < self.low).any():
+            elif (array < low).any():
                 return 'out of bounds'
-        if self.high is not None:
-            if np.ndim(self.high) == 0:
-                if array.max() > self.high:
+        if high is not None:
+            if np.ndim(high) == 0:
+                if _MAX(array, axis=None) > high:
                     return 'out of bounds'
-            elif (array > self.high).any():
+            elif (array > high).any():
                 return 'out of bounds'
         return None
-
 
     def _check_scalar(self, number):
         if self.floating and not math.isfinite(number):

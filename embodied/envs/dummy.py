@@ -173,12 +173,13 @@ class Dummy(base.Env):
     def _obs(self, reward, is_first=False, is_last=False):
         count = self._count
         self._count += 1
+        vector = vector_for(count)
         return {
             'image': image_for(count, self.size),
-            'vector': vector_for(count),
+            'vector': vector,
             'token': np.int32(count % TOKENS),
             'count': np.float32(count),
-            'float2d': np.full((4, 5), vector_for(count)[0], np.float32),
+            'float2d': np.full((4, 5), vector[0], np.float32),
             'int2d': np.full((2, 3), count % INT2D_CLASSES, np.int32),
             'reward': np.float32(reward),
             'is_first': np.bool_(is_first),

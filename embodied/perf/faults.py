@@ -21,6 +21,20 @@ by `--timeout` seconds per command. Faults:
   after a wrong token), 50 connections held open, and an unauthenticated
   `shutdown` from a plain `portal.Client`; then the run is stopped by SIGTERM.
 
+Roles started as separate commands (`--script parallel_envs` next to
+`--script parallel --run.remote_envs True`, each with its own logdir, on
+loopback, run.connect_timeout 20 s):
+
+* `envs-wrong-secret`: no EMBODIED_SECRET, so each command has its own
+  secret; the env command must say so and end by itself.
+* `envs-before-main`: one EMBODIED_SECRET; the env command starts 30 s
+  before the main run (run.connect_timeout 60 s) and must still connect.
+* `main-killed`: one EMBODIED_SECRET; the main run's process group gets
+  SIGKILL while it trains; the env command must end by itself.
+
+For these, "what happened" gives each command's exit code, seconds to exit,
+lines written and CPU seconds (the command and the children it waited for).
+
 Columns: the fault, what happened (exit codes, where the run resumed),
 steps lost (env steps counted before the fault that the resumed run does not
 have: the largest step in the metrics, lines moved aside on resume included,
@@ -110,6 +124,151 @@ class Run:
             r'actor at [\w.]+:(\d+), replay at [\w.]+:(\d+), logger at '
             r'[\w.]+:(\d+)', self.output())
         return [int(x) for x in match.groups()]
+
+
+class Command:
+    """A role's own command line (no `--script parallel` prefix) in its own
+    process group, with its CPU seconds and lines once it exited."""
+
+    FLAGS = COMMON[2:]  # Without `--script parallel`.
+
+    def __init__(self, tmp, name, script, *flags, secret=None):
+        self.logfile = pathlib.Path(tmp) / f'{name}.log'
+        env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
+        env.pop('EMBODIED_SECRET', None)
+        if secret:
+            env['EMBODIED_SECRET'] = secret
+        env['PYTHONPATH'] = os.pathsep.join(
+            [str(ROOT), env.get('PYTHONPATH', '')])
+        self.argv = [sys.executable, '-m', 'embodied.main', '--script',
+                     script, *self.FLAGS, '--logdir', str(tmp / name),
+                     *map(str, flags)]
+        self.start = time.monotonic()
+        self.code = self.cpu = self.seconds = None
+        with open(self.logfile, 'w') as f:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=ROOT, env=env, stdout=f,
+                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def output(self):
+        return self.logfile.read_text(errors='replace')
+
+    def lines(self):
+        return len(self.output().splitlines())
+
+    def poll(self):
+        if self.code is None:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                self.code = os.waitstatus_to_exitcode(status)
+                self.proc.returncode = self.code
+                self.cpu = usage.ru_utime + usage.ru_stime
+                self.seconds = time.monotonic() - self.start
+        return self.code
+
+    def wait(self, timeout):
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                self.kill()
+                return 'timeout'
+            time.sleep(0.1)
+        return self.code
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        while self.poll() is None:
+            time.sleep(0.05)
+
+    def summary(self, since=None):
+        """Exit code, seconds to exit (from its start or from `since`),
+        lines written and CPU seconds in all."""
+        seconds = self.seconds if since is None else (
+            self.start + self.seconds - since)
+        after = 'after its start' if since is None else 'after the kill'
+        return (f'exit {self.code} {seconds:.0f} s {after}, {self.lines()} '
+                f'lines, {self.cpu:.1f} CPU s')
+
+
+def _remote_pair(tmp, timeout, secret_main, secret_envs, delay=0,
+                 connect_timeout=20, during=None):
+    """The main run with remote envs and an env command; returns both."""
+    port = _free_port()
+    flags = ('--run.actor_addr', f'127.0.0.1:{port}',
+             '--run.connect_timeout', connect_timeout, '--run.steps', '1e9')
+    envs = Command(tmp, 'envs', 'parallel_envs', *flags, secret=secret_envs)
+    main = None
+    try:
+        time.sleep(delay)
+        main = Command(tmp, 'main', 'parallel', '--run.remote_envs', 'True',
+                       *flags, secret=secret_main)
+        if during:
+            during(main, envs)
+        envs.wait(timeout)
+        main.wait(timeout)
+    finally:
+        envs.kill()
+        main and main.kill()
+    return main, envs
+
+
+def _free_port():
+    from embodied.rpc import addresses
+    return addresses.free_ports(1)[0]
+
+
+def fault_envs_wrong_secret(tmp, timeout):
+    main, envs = _remote_pair(tmp, timeout, None, None)
+    named = 'refused this command: its run secret differs' in envs.output()
+    told = re.search(r'The actor refused \d+ connections? with a wrong or '
+                     r'missing secret', main.output())
+    return dict(happened=f'envs: {envs.summary()}'
+                         f'{", secret named" if named else ""}; main: '
+                         f'exit {main.code}'
+                         f'{", refusals named" if told else ""}',
+                lost='-', killed=[])
+
+
+def fault_envs_before_main(tmp, timeout):
+    def stop_after_steps(main, envs):
+        deadline = time.monotonic() + timeout
+        while not re.search(r'\[Progress\] step [1-9]\d{2,}/', main.output()):
+            if main.poll() is not None or time.monotonic() > deadline:
+                return
+            time.sleep(0.2)
+        main.proc.send_signal(signal.SIGTERM)
+    main, envs = _remote_pair(
+        tmp, timeout, 'shared-secret', 'shared-secret', delay=30,
+        connect_timeout=60, during=stop_after_steps)
+    return dict(happened=f'envs: {envs.summary()}; main: {main.summary()}, '
+                         f'stopped by SIGTERM after step 100',
+                lost='-', killed=[])
+
+
+def fault_main_killed(tmp, timeout):
+    killed_at = []
+
+    def kill_main(main, envs):
+        deadline = time.monotonic() + timeout
+        while not re.search(r'\[Progress\] step [1-9]\d{2,}/', main.output()):
+            if main.poll() is not None or time.monotonic() > deadline:
+                return
+            time.sleep(0.2)
+        killed_at.append((time.monotonic(), envs.lines()))
+        main.kill()
+    main, envs = _remote_pair(
+        tmp, timeout, 'shared-secret', 'shared-secret', during=kill_main)
+    if not killed_at:
+        return dict(happened=f'main never reached step 100: {main.summary()}',
+                    lost='-', killed=[])
+    since, lines = killed_at[0]
+    return dict(happened=f'main SIGKILLed after step 100; envs: '
+                         f'{envs.summary(since)} '
+                         f'({envs.lines() - lines} of them after it)',
+                lost='-', killed=[])
 
 
 def tags(logdir, role):
@@ -300,6 +459,9 @@ FAULTS = {
     'sigkill-tree': fault_sigkill_tree,
     **{f'damaged-{name}': fault_damaged(name) for name in ROLE_FILES},
     'garbage': fault_garbage,
+    'envs-wrong-secret': fault_envs_wrong_secret,
+    'envs-before-main': fault_envs_before_main,
+    'main-killed': fault_main_killed,
 }
 
 

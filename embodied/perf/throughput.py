@@ -12,10 +12,25 @@ Rows:
   `--train_ratio`, for each `--agent` setting (envs and envs per worker
   process; `train` steps as many envs in its one process).
 
+* With `--dreamer`, `parallel` with DreamerV3 at `debug` (`--agent_impl
+  dreamerv3`) for each `--agent` setting.
+
 Columns: env steps/s and train steps/s after the first env step, mean policy
 batch latency (first request of a batch waiting to the reply), CPU seconds of
 the whole process tree per env step, and seconds from launch to the first env
 step. Each run is a command in its own logdir, stopped by `run.duration`.
+
+Side by side with a git revision (`--old REV`, e.g. `--old ebfdc8b`): the
+revision's tree is exported to a temporary folder and every row runs there
+and here, one after the other, in `--rounds` rounds (the order alternates
+from round to round, so that other load hits both alike). Each round prints
+its figures; the table gives per row the figures of every round and the
+ratio of the medians (working tree / REV), and a second table the CPU per
+env step of each process of the parallel runs (launcher, agent, replay,
+logger, env workers; named by the pids the launcher prints):
+
+    python -m embodied.perf.throughput --old ebfdc8b --rounds 3 \\
+        --envs 16 --per_worker 1 8 --skip_agent --seconds 15
 """
 
 import argparse
@@ -23,6 +38,7 @@ import json
 import os
 import pathlib
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +53,8 @@ COMMON = ('--configs', 'debug', '--task', 'dummy_disc',
           '--logger.outputs', 'jsonl')
 
 
-def main(argv=None):
+def make_parser():
+    """The benchmark's command-line flags."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--envs', type=int, nargs='+', default=[1, 4, 8, 16])
     parser.add_argument(
@@ -50,45 +67,123 @@ def main(argv=None):
              'row and a single-process train row with as many envs')
     parser.add_argument('--train_burn', type=float, default=0.003)
     parser.add_argument('--skip_agent', action='store_true')
+    parser.add_argument('--skip_random', action='store_true')
+    parser.add_argument(
+        '--dreamer', action='store_true',
+        help='also DreamerV3 at debug in parallel, per --agent setting')
+    parser.add_argument(
+        '--dreamer_seconds', type=float, default=120,
+        help='run.duration of the DreamerV3 rows, which compile first')
+    parser.add_argument(
+        '--old', type=str, default='',
+        help='also measure the tree of this git revision, side by side')
+    parser.add_argument(
+        '--rounds', type=int, default=0,
+        help='rounds of every row (default: 3 with --old, else 1)')
     parser.add_argument('--markdown', type=str, default='')
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv=None):
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (3 if args.old else 1)
+    for setting in args.agent:
+        if not re.fullmatch(r'\d+x\d+', setting):
+            parser.error(f"--agent {setting!r}: expected ENVSxPER_WORKER, "
+                         f"e.g. 16x8")
+
+    rows = plan(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {'': ROOT}
+        if args.old:
+            try:
+                trees = {args.old: export(args.old, pathlib.Path(tmp) / 'old'),
+                         '': ROOT}
+            except subprocess.CalledProcessError as e:
+                print(f'--old {args.old}: no such git revision here '
+                      f'({e.stderr.decode().strip()})', file=sys.stderr)
+                sys.exit(2)
+        results = {}  # (tree, row name) -> [measurement per round]
+        for index in range(rounds):
+            order = list(trees.items())
+            if index % 2:
+                order.reverse()
+            for kind, name, flags, seconds in rows:
+                for tree, root in order:
+                    label = f'@{tree}' if tree else 'working tree'
+                    results.setdefault((tree, name), [])
+                    try:
+                        measured = MEASURE[kind](name, seconds, root, *flags)
+                    except RuntimeError as e:  # Reported, the others go on.
+                        print(f'round {index + 1}/{rounds} {label}: {name} '
+                              f'failed: {e}', flush=True)
+                        continue
+                    results[(tree, name)].append(measured)
+                    print(f'round {index + 1}/{rounds} {label}: '
+                          f'{format_row(measured)}{format_roles(measured)}',
+                          flush=True)
+
+    if args.old:
+        table = compare(rows, results, args.old, rounds)
+    else:
+        table = markdown([results[('', name)][0] for _, name, *_ in rows
+                          if results[('', name)]])
+    print(table)
+    if args.markdown:
+        pathlib.Path(args.markdown).write_text(table + '\n')
+
+
+def plan(args):
+    """The rows as (kind, name, flags, seconds)."""
     rows = []
-    for envs in args.envs:
+    for envs in ([] if args.skip_random else args.envs):
         for per_worker in args.per_worker:
             if per_worker > envs:
                 continue
-            rows.append(measure_parallel(
-                f'random, {envs} envs, {per_worker}/worker', args.seconds,
+            name = f'random, {envs} envs, {per_worker}/worker'
+            rows.append(('parallel', name, (
                 '--random_agent', 'True', '--run.envs', envs,
                 '--run.envs_per_worker', per_worker,
-                '--run.actor_batch', max(1, envs // 2)))
-            print(format_row(rows[-1]), flush=True)
+                '--run.actor_batch', max(1, envs // 2)), args.seconds))
     for setting in ([] if args.skip_agent else args.agent):
         envs, per_worker = (int(x) for x in setting.split('x'))
         flags = ('--agent_impl', 'testing', '--run.envs', envs,
                  '--run.train_ratio', args.train_ratio,
                  '--testing.train_burn', args.train_burn)
         name = f'test agent, ratio {args.train_ratio:g}, {envs} envs'
-        rows.append(measure_parallel(
-            f'{name}, {per_worker}/worker', args.seconds, *flags,
+        rows.append(('parallel', f'{name}, {per_worker}/worker', (
+            *flags, '--run.envs_per_worker', per_worker,
+            '--run.actor_batch', max(1, envs // 2)), args.seconds))
+        rows.append(('train', name, flags, args.seconds))
+    for setting in (args.agent if args.dreamer else []):
+        envs, per_worker = (int(x) for x in setting.split('x'))
+        rows.append(('parallel', (
+            f'dreamerv3 debug, ratio {args.train_ratio:g}, {envs} envs, '
+            f'{per_worker}/worker'), (
+            '--agent_impl', 'dreamerv3', '--run.envs', envs,
+            '--run.train_ratio', args.train_ratio,
             '--run.envs_per_worker', per_worker,
-            '--run.actor_batch', max(1, envs // 2)))
-        print(format_row(rows[-1]), flush=True)
-        rows.append(measure_train(name, args.seconds, *flags))
-        print(format_row(rows[-1]), flush=True)
-
-    table = markdown(rows)
-    print(table)
-    if args.markdown:
-        pathlib.Path(args.markdown).write_text(table + '\n')
+            '--run.actor_batch', max(1, envs // 2)), args.dreamer_seconds))
+    return rows
 
 
-def measure_parallel(name, seconds, *flags):
+def export(revision, path):
+    """The tree of git `revision`, written to the folder `path`."""
+    path.mkdir(parents=True)
+    archive = subprocess.run(
+        ['git', '-C', str(ROOT), 'archive', revision], check=True,
+        capture_output=True).stdout
+    subprocess.run(['tar', '-x', '-C', str(path)], input=archive, check=True)
+    return path
+
+
+def measure_parallel(name, seconds, root, *flags):
     with tempfile.TemporaryDirectory() as tmp:
-        output, cpu, wall = launch(
-            'embodied.run.parallel', seconds, '--script', 'parallel',
+        output, used, pid = launch(
+            root, 'embodied.run.parallel', seconds, '--script', 'parallel',
             '--logdir', os.path.join(tmp, 'run'), *flags)
+    cpu = sum(used.values())
     summary = re.findall(r'\[Summary\] (.*)', output)
     if not summary:
         raise RuntimeError(f'{name}: no summary line:\n{output[-3000:]}')
@@ -100,15 +195,18 @@ def measure_parallel(name, seconds, *flags):
         train_fps=float(values['train_fps']),
         latency_ms=float(values['policy_batch_ms']),
         cpu_per_step=cpu / max(1.0, steps),
-        first_step=float(values['first_step_s']))
+        first_step=float(values['first_step_s']),
+        roles={role: seconds / max(1.0, steps)
+               for role, seconds in by_role(output, used, pid).items()})
 
 
-def measure_train(name, seconds, *flags):
+def measure_train(name, seconds, root, *flags):
     with tempfile.TemporaryDirectory() as tmp:
         logdir = os.path.join(tmp, 'run')
-        output, cpu, wall = launch(
-            'embodied.main', seconds, '--script', 'train',
+        output, used, _ = launch(
+            root, 'embodied.main', seconds, '--script', 'train',
             '--logdir', logdir, '--run.log_every', '2', *flags)
+        cpu = sum(used.values())
         rows = read_metrics(logdir)
     policy = [r['fps/policy'] for r in rows if r.get('fps/policy')]
     train = [r['fps/train'] for r in rows if r.get('fps/train')]
@@ -124,30 +222,55 @@ def measure_train(name, seconds, *flags):
         first_step=float(first.group(1)) if first else float('nan'))
 
 
-def launch(module, seconds, *flags):
-    """Runs a command for `seconds` of run.duration; returns its output and
-    the CPU seconds its whole process tree used."""
+MEASURE = {'parallel': measure_parallel, 'train': measure_train}
+
+
+def launch(root, module, seconds, *flags):
+    """Runs a command of the tree at `root` for `seconds` of run.duration;
+    returns its output, the CPU seconds of each process of its tree
+    ({pid: seconds}) and the pid of its first process."""
     flags = [str(x) for x in (*COMMON, '--run.steps', '1e9',
                               '--run.duration', seconds, *flags)]
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'JAX_PLATFORMS': 'cpu',
-           'PYTHONPATH': str(ROOT) + os.pathsep + os.environ.get(
+           'PYTHONPATH': str(root) + os.pathsep + os.environ.get(
                'PYTHONPATH', '')}
-    start = time.monotonic()
     with tempfile.TemporaryFile('w+') as log:
         proc = subprocess.Popen(
-            [sys.executable, '-m', module, *flags], cwd=ROOT, env=env,
+            [sys.executable, '-m', module, *flags], cwd=root, env=env,
             stdout=log, stderr=subprocess.STDOUT)
-        cpu = track_cpu(proc, timeout=seconds + 180)
+        used = track_cpu(proc, timeout=seconds + 180)
         log.seek(0)
         output = log.read()
     if proc.returncode != 0:
         raise RuntimeError(
-            f'{module} exited with {proc.returncode}:\n{output[-3000:]}')
-    return output, cpu, time.monotonic() - start
+            f'{module} in {root} exited with {proc.returncode}:\n'
+            f'{output[-3000:]}')
+    return output, used, proc.pid
+
+
+ROLES = ('launcher', 'agent', 'replay', 'logger', 'env workers', 'other')
+
+
+def by_role(output, used, launcher):
+    """CPU seconds per role of a parallel run, from the pids its launcher
+    prints (`Workers: Agent (pid 12), ...`); the launcher is the root
+    process, a process it does not name (e.g. a restarted env worker, a
+    helper process) counts as `other`."""
+    names = {}
+    for line in re.findall(r'Workers: (.*)', output):
+        for name, pid in re.findall(r'(\w[\w-]*) \(pid (\d+)\)', line):
+            role = 'env workers' if name.startswith('Env') else name.lower()
+            names[int(pid)] = role if role in ROLES else 'other'
+    result = dict.fromkeys(ROLES, 0.0)
+    for pid, seconds in used.items():
+        role = 'launcher' if pid == launcher else names.get(pid, 'other')
+        result[role] += seconds
+    return result
 
 
 def track_cpu(proc, timeout):
-    """Polls the process tree until it exits; returns its CPU seconds."""
+    """Polls the process tree until it exits; returns the CPU seconds of
+    each of its processes ({pid: seconds})."""
     root = psutil.Process(proc.pid)
     used = {}
     deadline = time.monotonic() + timeout
@@ -166,7 +289,7 @@ def track_cpu(proc, timeout):
             pass
         time.sleep(0.25)
     proc.wait()
-    return sum(used.values())
+    return used
 
 
 def read_metrics(logdir):
@@ -199,6 +322,62 @@ def markdown(rows):
     lines = [HEADER, '|' + '---|' * 7]
     lines += [format_row(row) for row in rows]
     return '\n'.join(lines)
+
+
+def compare(rows, results, old, rounds):
+    """Per row: env steps/s and CPU ms per env step of every round at `old`
+    and in the working tree, and the ratios of their medians."""
+    fps = lambda ms: ', '.join(f"{m['env_fps']:.0f}" for m in ms)
+    cpu = lambda ms: ', '.join(f"{1000 * m['cpu_per_step']:.2f}" for m in ms)
+    median = lambda ms, key: statistics.median(m[key] for m in ms)
+    lines = [
+        f'{rounds} alternating rounds, working tree against {old}; ratios '
+        f'are of the medians (working tree / {old})', '',
+        f'| runner | setting | env steps/s {old} | env steps/s working tree '
+        f'| env steps/s ratio | CPU ms/env step {old} | CPU ms/env step '
+        f'working tree | CPU ratio |',
+        '|' + '---|' * 8]
+    for kind, name, *_ in rows:
+        a, b = results[(old, name)], results[('', name)]
+        if not (a and b):
+            lines.append(f'| {kind} | {name} | {fps(a) or "failed"} | '
+                         f'{fps(b) or "failed"} | – | {cpu(a) or "failed"} | '
+                         f'{cpu(b) or "failed"} | – |')
+            continue
+        lines.append(
+            f"| {kind} | {name} | {fps(a)} | {fps(b)} | "
+            f"{median(b, 'env_fps') / median(a, 'env_fps'):.2f} | {cpu(a)} | "
+            f"{cpu(b)} | "
+            f"{median(b, 'cpu_per_step') / median(a, 'cpu_per_step'):.2f} |")
+    parallel = [name for kind, name, *_ in rows if kind == 'parallel'
+                and results[(old, name)] and results[('', name)]]
+    measured = [m for name in parallel for tree in (old, '')
+                for m in results[(tree, name)]]
+    roles = [r for r in ROLES if any(m['roles'][r] for m in measured)]
+    if parallel:
+        lines += [
+            '', f'CPU ms per env step by process, medians ({old} → working '
+            f'tree); the launcher holds the agent\'s threads unless '
+            f'run.agent_process:', '',
+            '| setting | ' + ' | '.join(roles) + ' |',
+            '|' + '---|' * (len(roles) + 1)]
+        for name in parallel:
+            a, b = results[(old, name)], results[('', name)]
+            cells = [
+                f"{statistics.median(m['roles'][r] for m in a) * 1000:.3f} → "
+                f"{statistics.median(m['roles'][r] for m in b) * 1000:.3f}"
+                for r in roles]
+            lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def format_roles(row):
+    """' (CPU ms/env step: agent 0.12, ...)' for a parallel row."""
+    if not row.get('roles'):
+        return ''
+    return ' (CPU ms/env step: ' + ', '.join(
+        f'{role} {1000 * value:.3f}' for role, value in row['roles'].items()
+        if value) + ')'
 
 
 if __name__ == '__main__':

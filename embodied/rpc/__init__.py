@@ -7,7 +7,7 @@ request numbers, wire encoding), so the original's env processes and any
 that cost a small machine most: the client socket's loop (measured: 8
 idle portal clients burn 0.16-0.20 s of CPU per 3 s, ours 0.00-0.01 s;
 a run holds a dozen clients) and the encoder (about 6% more env steps/s,
-README's performance notes). That needs portal's private classes
+docs/benchmarks.md). That needs portal's private classes
 (`ClientSocket._loop`, `ServerSocket._recv`/`_handshake`, the attributes
 `portal.Client.__init__` sets, `packlib`), which a portal release may change
 without notice. Owning the whole protocol would mean rewriting sockets,
@@ -16,8 +16,9 @@ contract. `tests/rpc/test_portal_contract.py` names every private symbol
 used and checks the installed portal is the pinned one: moving the pin
 starts there.
 
-* `auth`: the run's secret in the handshake; control methods for the
-  launcher only.
+* `auth`: the run's secret in the handshake, the server's verdict on it;
+  control methods for the launcher only.
+* `backoff`: growing waits between reconnects, rate-limited reports.
 * `addresses`: bind hosts (loopback unless named) and distinct free ports.
 * `sockets`: portal's server socket, hardened against malformed peers.
 * `server`: a single-process RPC server with batching and partial flushes.
@@ -32,6 +33,7 @@ starts there.
 
 from . import addresses
 from . import auth
+from . import backoff
 from . import client
 from . import server
 from . import slots
@@ -40,7 +42,8 @@ from . import supervisor
 from . import sync_client
 from . import workers
 from .addresses import PortTaken
-from .client import BadRequest, Client, RemoteError, Unreachable, connect, result
+from .client import (
+    BadRequest, Client, Refused, RemoteError, Unreachable, connect, result)
 from .server import Server
 from .supervisor import Supervisor, WorkerFailed
 from .sync_client import SyncClient

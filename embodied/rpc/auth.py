@@ -19,6 +19,12 @@ control token, never the secret itself (`Credentials.for_workers`).
     creds.for_workers().encode()               # handed to worker processes
     Credentials.decode(text)                   # a worker's credentials
 
+A server answers a peer that opened with a token with a verdict frame before
+anything else, in portal's frame format with a request number no request
+uses: accepted, or refused (the token is not the run's). A refused peer is
+then dropped without a byte of request data read, and learns why instead
+of seeing only a closed connection (`read_verdict`, `refusal_message`).
+
 What it protects: other local users and processes (and, where servers bind a
 public host, other machines) cannot call, stop or flood a run. What it does
 not: the token crosses the connection in clear text and nothing is
@@ -31,10 +37,15 @@ import hashlib
 import hmac
 import os
 import secrets
+import socket
 
 PORTAL_HANDSHAKE = 'portal_handshake'  # What portal and opted-out peers send.
 ENV_VAR = 'EMBODIED_SECRET'
 _ENCODED = 'embodied-credentials-v1'
+VERDICT_REQNUM = b'\xff' * 8  # The verdict frame's request number.
+ACCEPTED = 0
+REFUSED = 6
+_MAX_VERDICT = 4096
 
 
 def _derive(secret, purpose):
@@ -118,3 +129,70 @@ def secret_file(logdir, create=True):
             os.remove(tmp)
     with open(path) as f:
         return f.read().strip()
+
+
+def expects_verdict(handshake):
+    """Whether a server answers `handshake` with a verdict: it carries a
+    token, which only servers with `auth` accept."""
+    return bool(handshake) and handshake.startswith(f'{PORTAL_HANDSHAKE}:')
+
+
+def verdict_frame(accepted, server):
+    """The frame a server sends after a token handshake; `server` is its
+    name (e.g. `Actor`), for the peer's messages."""
+    status = ACCEPTED if accepted else REFUSED
+    body = VERDICT_REQNUM + status.to_bytes(8, 'little') + (
+        server.encode('utf-8')[:256])
+    return len(body).to_bytes(8, 'little') + body
+
+
+def parse_verdict(message):
+    """(accepted, server name) for a received frame's body, or None when it
+    is no verdict."""
+    if len(message) < 16 or bytes(message[:8]) != VERDICT_REQNUM:
+        return None
+    status = int.from_bytes(message[8:16], 'little')
+    return status == ACCEPTED, bytes(message[16:]).decode('utf-8', 'replace')
+
+
+def read_verdict(sock):
+    """Reads the verdict frame from a blocking socket right after the
+    handshake: (accepted, server name). Raises ConnectionError when the
+    server closed or sent something else."""
+    def read(size):
+        data = b''
+        while len(data) < size:
+            part = sock.recv(size - len(data))
+            if not part:
+                raise ConnectionResetError('closed before its verdict')
+            data += part
+        return data
+    try:
+        length = int.from_bytes(read(8), 'little')
+    except socket.timeout:
+        raise ConnectionError('no verdict on the handshake') from None
+    if not 16 <= length <= _MAX_VERDICT:
+        raise ConnectionError(f'a frame of {length} bytes instead of a verdict')
+    verdict = parse_verdict(read(length))
+    if verdict is None:
+        raise ConnectionError('a reply instead of a verdict')
+    return verdict
+
+
+def still_refused(client, server, addr):
+    """The shorter line for a refusal that was reported before."""
+    return (f'{client}: {server or "the server"} at {addr} still refuses '
+            f'this command\'s run secret (see above); retrying until '
+            f'run.connect_timeout.')
+
+
+def refusal_message(client, server, addr):
+    """What a refused peer prints: who refused it, why, and what to set."""
+    server = server or 'the server'
+    return (
+        f'{client}: {server} at {addr} refused this command: its run secret '
+        f'differs (wrong or missing secret). Set {ENV_VAR} to the main '
+        f'command\'s secret, e.g. {ENV_VAR}="$(cat MAIN_LOGDIR/secret)" '
+        f'when the main command keeps it in its logdir, or, where both '
+        f'commands share a logdir, start this one with the main command\'s '
+        f'--logdir.')

@@ -6,8 +6,12 @@ second; and after a burst of sends a leftover wake-up byte can leave it
 looping without polling at all until the next send. On a few cores that costs
 more than the work. `ClientSocket` here runs the same protocol with a loop
 that sleeps in `poll` until the socket or a send needs it (200 ms at most),
-and `Client` is `portal.Client` on top of it. Everything else (futures,
-reconnects, resends, the wire format) is portal's.
+and `Client` is `portal.Client` on top of it. Connecting waits for the
+server's verdict on a token handshake (`auth`): a refused client keeps
+`refusal` (the line it printed), and every reconnect waits through a
+`backoff.Backoff` (0.1 s doubling to 5 s, one line per reason per
+`report_every` seconds). Everything else (futures, resends, the wire
+format) is portal's.
 """
 
 import collections
@@ -17,12 +21,17 @@ import select
 import threading
 import time
 
+import socket
+
 import portal
 from portal import buffers
 from portal import client_socket
+from portal import contextlib as portal_contextlib
 from portal import futures as portal_futures
 
 from . import addresses
+from . import auth
+from . import backoff as backofflib
 from . import wire
 
 _POLL_MS = 200
@@ -31,6 +40,11 @@ _READ = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP
 
 class Unreachable(ConnectionError):
     """A server did not accept a connection within the allowed time."""
+
+
+class Refused(Unreachable):
+    """A server refused the handshake: this command's run secret differs
+    from the run's. Its message says which server and what to set."""
 
 
 class BadRequest(RuntimeError):
@@ -46,6 +60,49 @@ _ERRORS = {4: RemoteError, 5: BadRequest}
 
 
 class ClientSocket(client_socket.ClientSocket):
+
+    def __init__(self, addr, name='Client', start=True, report_every=30,
+                 **kwargs):
+        self.refusal = None  # The refusal message while refused.
+        self.backoff = backofflib.Backoff(every=report_every)
+        super().__init__(addr, name, start, **kwargs)
+
+    def _connect(self):
+        # portal's connect loop, plus the verdict on a token handshake and
+        # a growing wait between attempts instead of a fixed one.
+        handshake = self.options.handshake
+        verdict = auth.expects_verdict(handshake)
+        while self.running:
+            host, port = self.addr
+            if portal_contextlib.context.resolver:
+                host, port = portal_contextlib.context.resolver((host, port))
+            port = int(port)
+            target = (host, port, 0, 0) if self.options.ipv6 else (host, port)
+            sock = self._create()
+            try:
+                sock.settimeout(10)
+                sock.connect(target)
+                sock.sendall(handshake.encode('utf-8'))
+                if verdict:
+                    accepted, server = auth.read_verdict(sock)
+                    if not accepted:
+                        raise Refused(server)
+                sock.settimeout(0)
+                self.refusal = None
+                return sock
+            except Refused as e:
+                self._report_refusal(str(e), f'{host}:{port}')
+                cap = None
+            except (OSError, socket.gaierror):
+                cap = backofflib.NO_SERVER_WAIT
+            sock.close()
+            self._sleep(self.backoff.next_delay(cap))
+        return None
+
+    def _sleep(self, seconds):
+        deadline = time.monotonic() + seconds
+        while self.running and time.monotonic() < deadline:
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
     def require_connection(self, timeout):
         # portal waits for a connection without end; this wait also ends
@@ -99,6 +156,12 @@ class ClientSocket(client_socket.ClientSocket):
                                 raise RuntimeError(
                                     'Too many incoming messages enqueued')
                             msg = recvbuf.result()
+                            if self._refused_by(msg):
+                                raise ConnectionRefusedError('refused')
+                            if self.backoff.attempts:
+                                # A reply: a server that accepts and then
+                                # drops each connection keeps its back-off.
+                                self.backoff.reset()
                             self.recvq.put(msg)
                             [x(msg) for x in self.callbacks_recv]
                             recvbuf = buffers.RecvBuffer(maxsize)
@@ -126,6 +189,21 @@ class ClientSocket(client_socket.ClientSocket):
                 [x() for x in self.callbacks_disc]
         if sock:
             sock.close()
+
+    def _refused_by(self, msg):
+        """Whether `msg` is a refusal (to a plain handshake of ours that
+        met a server with `auth`); records and reports it."""
+        verdict = auth.parse_verdict(msg)
+        if verdict is None or verdict[0]:
+            return False
+        self._report_refusal(verdict[1], f'{self.addr[0]}:{self.addr[1]}')
+        self._sleep(self.backoff.next_delay())
+        return True
+
+    def _report_refusal(self, server, addr):
+        self.refusal = auth.refusal_message(self.name, server, addr)
+        self.backoff.report('refused', self.refusal, auth.still_refused(
+            self.name, server, addr))
 
 
 class Client(portal.Client):
@@ -224,6 +302,8 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
     kwargs.setdefault('logging', False)
     if kwargs.get('handshake', '') is None:
         del kwargs['handshake']
+    if report_every:
+        kwargs.setdefault('report_every', report_every)
     client = Client(addr, name, **kwargs)
     start = time.monotonic()
     deadline = None if timeout is None else start + timeout
@@ -235,9 +315,17 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
             return client
         if deadline is not None and time.monotonic() >= deadline:
             client.close(1)
+            refusal = client.socket.refusal
+            if refusal:
+                raise Refused(
+                    f'{name}: gave up after {timeout} s (run.connect_timeout): '
+                    f'the server at {addr} kept refusing this command\'s run '
+                    f'secret (see above).')
             raise Unreachable(
                 f'{name}: no server at {addr} after {timeout} s '
                 f'(run.connect_timeout).')
+        if client.socket.refusal:
+            continue  # The socket reports the refusal itself.
         print(f'{name}: waiting for the server at {addr} for '
               f'{time.monotonic() - start:.0f} s ({wait_limit(timeout)}).',
               flush=True)

@@ -63,6 +63,7 @@ def layout_of(batch):
                  for k, v in batch.items())
 
 
+@functools.lru_cache(maxsize=64)
 def signature(layout):
     """A layout as one short string, compared by the server."""
     return ';'.join(f'{k}:{d}:{",".join(map(str, s))}' for k, d, s in layout)
@@ -87,9 +88,25 @@ def _offsets(layout):
     return offsets, stride
 
 
-def _views(mapping, layout, offsets, start):
-    return {key: np.ndarray(shape, dtype, buffer=mapping, offset=start + off)
-            for (key, dtype, shape), off in zip(layout, offsets)}
+def _views(whole, layout, offsets, start):
+    """The arrays of a slot at byte `start` of the uint8 array `whole`."""
+    return {key: whole[begin:end].view(dtype).reshape(shape)
+            for key, dtype, shape, begin, end in _spans(layout, start)}
+
+
+@functools.lru_cache(maxsize=256)
+def _spans(layout, start):
+    """(key, dtype, shape, first byte, end byte) of each array of a slot
+    at byte `start`: slicing a byte array is faster than a new ndarray
+    over the buffer."""
+    offsets, _ = _offsets(layout)
+    spans = []
+    for (key, dtype, shape), offset in zip(layout, offsets):
+        dtype = np.dtype(dtype)
+        begin = start + offset
+        spans.append((key, dtype, shape, begin,
+                      begin + dtype.itemsize * math.prod(shape)))
+    return tuple(spans)
 
 
 class SlotRing:
@@ -216,7 +233,7 @@ class SlotWriter:
     def __init__(self, directory=SHM_DIR, keep=8):
         self.directory = os.path.realpath(directory)
         self.keep = keep
-        self._maps = collections.OrderedDict()  # path -> mmap
+        self._maps = collections.OrderedDict()  # path -> (mmap, array)
         self._lock = threading.Lock()
 
     def write(self, target, batch):
@@ -231,23 +248,38 @@ class SlotWriter:
         except (TypeError, ValueError):
             return batch
         layout = layout_of(batch)
-        if layout is None or signature(layout) != expected or slot < 0:
+        views = layout and self.views(target, layout)
+        if not views:
             return batch
-        offsets, stride = _offsets(layout)
-        mapping = self._open(path)
-        if mapping is None or (slot + 1) * stride > len(mapping):
-            return batch
-        views = _views(mapping, layout, offsets, slot * stride)
         for key, view in views.items():
             np.copyto(view, batch[key])
         return slot
 
+    def views(self, target, layout):
+        """Writable arrays in the slot a one-slot `target` names, one per
+        `(key, dtype, shape)` of `layout` (dtype as `np.dtype(...).str`),
+        so that a batch can be made in place; None when the target cannot
+        take a batch of that layout (then send the batch itself)."""
+        try:
+            path, slot, expected = target
+            slot = int(slot)
+        except (TypeError, ValueError):
+            return None
+        if slot < 0 or signature(layout) != expected:
+            return None
+        offsets, stride = _offsets(layout)
+        whole = self._open(path)
+        if whole is None or (slot + 1) * stride > len(whole):
+            return None
+        return _views(whole, layout, offsets, slot * stride)
+
     def _open(self, path):
+        """A uint8 array over the mapped file `path`, or None."""
         with self._lock:
-            mapping = self._maps.get(path)
-            if mapping is not None:
+            entry = self._maps.get(path)
+            if entry is not None:
                 self._maps.move_to_end(path)
-                return mapping
+                return entry[1]
             if not self._allowed(path):
                 return None
             try:
@@ -260,10 +292,12 @@ class SlotWriter:
                 return None
             finally:
                 os.close(fd)
-            self._maps[path] = mapping
+            whole = np.frombuffer(mapping, np.uint8)
+            self._maps[path] = (mapping, whole)
             while len(self._maps) > self.keep:
-                _close(self._maps.popitem(last=False)[1])
-            return mapping
+                # Only the mapping is kept: its array must go first.
+                _close(self._maps.popitem(last=False)[1][0])
+            return whole
 
     def _allowed(self, path):
         if not isinstance(path, str):
@@ -274,9 +308,10 @@ class SlotWriter:
 
     def close(self):
         with self._lock:
-            for mapping in self._maps.values():
+            mappings = [mapping for mapping, _ in self._maps.values()]
+            self._maps.clear()  # Drops the arrays, so the mappings close.
+            for mapping in mappings:
                 _close(mapping)
-            self._maps.clear()
 
 
 def _close(mapping):

@@ -8,12 +8,15 @@ accepts port 0 (the kernel picks; see `port`), and raises `PortTaken` when the
 port is used by another program.
 
 With `auth` (`auth.Credentials`), a peer must open with the run's handshake
-(see `auth`); any other is dropped before a frame of it is read, and
-`control` holds the peers that opened with the launcher's control token.
+(see `auth`); any other is told it was refused (`auth.verdict_frame`) and
+dropped before a frame of it is read, and `control` holds the peers that
+opened with the launcher's control token. `refused_from` keeps the
+addresses of the last refused peers.
 With `max_frame`, a frame whose length prefix exceeds it drops that peer
 before anything is allocated for it (replies are not limited).
 """
 
+import collections
 import errno
 import socket
 
@@ -21,6 +24,7 @@ from portal import buffers
 from portal import server_socket
 
 from . import addresses
+from . import auth as authlib
 
 
 _REPORTED_REFUSALS = 3  # Printed refusals per server; the rest are counted.
@@ -37,6 +41,7 @@ class ServerSocket(server_socket.ServerSocket):
         self.auth = auth
         self.max_frame = max_frame
         self.control = set()  # Addresses of peers with the control token.
+        self.refused_from = collections.deque(maxlen=5)  # 'host:port'
         if auth is not None:
             kwargs['handshake'] = auth.handshake()
         try:
@@ -106,13 +111,25 @@ class ServerSocket(server_socket.ServerSocket):
         if kind is None:
             self.dropped += 1
             self.refused += 1
+            self.refused_from.append(f'{conn.addr[0]}:{conn.addr[1]}')
+            self._tell(conn, False)
             if self.refused <= _REPORTED_REFUSALS:
                 print(f'{self.name}: refused a connection from '
                       f'{conn.addr[0]}:{conn.addr[1]} without the run\'s '
-                      f'secret (see run.auth in the README).', flush=True)
+                      f'secret (see run.auth in docs/faults.md).', flush=True)
             self._disconnect(conn, PermissionError('wrong handshake'))
-        elif kind == 'control':
-            self.control.add(conn.addr)
+        else:
+            if kind == 'control':
+                self.control.add(conn.addr)
+            self._tell(conn, True)
+
+    def _tell(self, conn, accepted):
+        # Sent before any reply can be queued for this peer; a few dozen
+        # bytes fit in a fresh socket's buffer.
+        try:
+            conn.sock.send(authlib.verdict_frame(accepted, self.name))
+        except OSError:
+            pass
 
     def _disconnect(self, conn, e):
         self.control.discard(conn.addr)

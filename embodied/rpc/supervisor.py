@@ -12,19 +12,29 @@
 import signal
 import time
 
+from .client import Refused
+
 # Exit codes with a meaning for the launcher. An exception with an int
 # attribute `exitcode` ends a worker with that code (see `workers`).
 EXIT_PORT_TAKEN = 75  # A server's port was taken; the launcher retries.
 EXIT_BAD_INPUT = 65   # Bad data crossed a boundary; restarting cannot help.
 EXIT_ENV_INIT = 78    # An env failed in its constructor; restarting cannot help.
 EXIT_UNREACHABLE = 69  # A server did not come up within run.connect_timeout.
+EXIT_REFUSED = 77     # A server refused the run secret until run.connect_timeout.
 
 _MEANINGS = {
     EXIT_PORT_TAKEN: 'its port was taken by another program',
     EXIT_BAD_INPUT: 'bad input',
     EXIT_ENV_INIT: 'its env failed in the constructor',
     EXIT_UNREACHABLE: 'a server it needs was unreachable',
+    EXIT_REFUSED: 'a server refused its run secret',
 }
+
+
+def exit_code(error):
+    """The exit code for a connect that gave up: `client.Refused` or
+    `client.Unreachable`."""
+    return EXIT_REFUSED if isinstance(error, Refused) else EXIT_UNREACHABLE
 
 
 class WorkerFailed(RuntimeError):

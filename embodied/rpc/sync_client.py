@@ -13,7 +13,10 @@ calling thread:
     client.close()
 
 A lost connection raises `portal.Disconnected`; reconnecting is the caller's
-choice (`connect` again).
+choice (`connect` again, with the caller's `backoff.Backoff` so that waits
+grow across reconnects). A server that refuses the handshake (`auth`) makes
+`connect` print why, keep trying with back-off, and raise `Refused` when
+the time is up.
 """
 
 import select
@@ -24,12 +27,13 @@ import portal
 from portal import utils as portal_utils
 
 from . import addresses
+from . import auth
+from . import backoff as backofflib
 from . import wire
-from .client import BadRequest, RemoteError, Unreachable, wait_limit
+from .client import BadRequest, Refused, RemoteError, Unreachable, wait_limit
 
 _HANDSHAKE = b'portal_handshake'
 _KEEPALIVE = (10, 10, 10)  # After, every, fails: portal's defaults.
-_CONNECT_WAIT = 0.1
 _STATUS_ERRORS = {3: RemoteError, 4: RemoteError, 5: BadRequest}
 
 
@@ -43,30 +47,50 @@ class SyncClient:
 
     @classmethod
     def connect(cls, addr, name, timeout=None, ipv6=False, report_every=None,
-                handshake=None):
+                handshake=None, backoff=None):
         """A connected client, or `Unreachable` after `timeout` seconds
-        (None: wait forever), reporting every `report_every` seconds.
-        `handshake` is the run's (see `auth`); portal's plain one if None."""
-        handshake = (handshake or _HANDSHAKE.decode()).encode('utf-8')
+        (None: wait forever), reporting every `report_every` seconds;
+        `Refused` when the server's last answer was a refusal. `handshake`
+        is the run's (see `auth`); portal's plain one if None. Attempts
+        wait through `backoff` (a new `backoff.Backoff` if None)."""
+        handshake = handshake or _HANDSHAKE.decode()
+        verdict = auth.expects_verdict(handshake)
+        handshake = handshake.encode('utf-8')
         addr = addresses.client_addr(addr, ipv6)
         host, port = addresses.split(addr)
+        backoff = backoff or backofflib.Backoff(every=report_every or 30)
         start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
         next_report = report_every and start + report_every
+        refusal = None
         while True:
-            sock = _try_connect(host, int(port), ipv6, handshake)
+            refused = False
+            try:
+                sock = _try_connect(host, int(port), ipv6, handshake, verdict)
+            except Refused as e:
+                refused = True
+                sock, refusal = None, auth.refusal_message(name, str(e), addr)
+                backoff.report('refused', refusal, auth.still_refused(
+                    name, str(e), addr))
             if sock:
                 return cls(sock, addr, name)
             now = time.monotonic()
-            if timeout is not None and now - start >= timeout:
+            if deadline is not None and now >= deadline:
+                if refusal:
+                    raise Refused(
+                        f'{name}: gave up after {timeout} s '
+                        f'(run.connect_timeout): the server at {addr} kept '
+                        f'refusing this command\'s run secret (see above).')
                 raise Unreachable(
                     f'{name}: no server at {addr} after {timeout} s '
                     f'(run.connect_timeout).')
-            if next_report and now >= next_report:
+            if next_report and now >= next_report and not refusal:
                 next_report = now + report_every
                 print(f'{name}: waiting for the server at {addr} for '
                       f'{now - start:.0f} s ({wait_limit(timeout)}'
                       f').', flush=True)
-            time.sleep(_CONNECT_WAIT)
+            backoff.wait(deadline=deadline, cap=None if refused else (
+                backofflib.NO_SERVER_WAIT))
 
     def call(self, method, *args, report_every=None, report=None):
         """Sends a request and returns the reply; every `report_every`
@@ -82,11 +106,16 @@ class SyncClient:
             _send_frame(self.sock, parts)
             while True:
                 reply = self._receive(report_every, report)
-                if bytes(reply[:8]) == reqnum:
+                if bytes(reply[:8]) in (reqnum, auth.VERDICT_REQNUM):
                     break  # Replies to requests abandoned before are skipped.
         except OSError as e:
             self.close()
             raise portal.Disconnected(f'{self.addr}: {e}') from None
+        verdict = auth.parse_verdict(reply)
+        if verdict is not None and not verdict[0]:
+            # A plain handshake of ours met a server with `auth`.
+            self.close()
+            raise Refused(auth.refusal_message(self.name, verdict[1], self.addr))
         status = int.from_bytes(reply[8:16], 'little')
         if status == 0:
             return wire.unpack(reply[16:])
@@ -112,17 +141,23 @@ class SyncClient:
         return _read(self.sock, length)
 
 
-def _try_connect(host, port, ipv6, handshake):
+def _try_connect(host, port, ipv6, handshake, verdict):
+    """A connected socket, None when no server took the connection, or
+    `Refused` (its message: the server's name) when one refused it."""
     family = socket.AF_INET6 if ipv6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.settimeout(10)
         sock.connect((host, port, 0, 0) if ipv6 else (host, port))
         sock.sendall(handshake)
+        accepted, server = auth.read_verdict(sock) if verdict else (True, '')
         sock.settimeout(None)
     except (OSError, socket.gaierror):
         sock.close()
         return None
+    if not accepted:
+        sock.close()
+        raise Refused(server)
     # Each message goes out in one call, so Nagle's delay only costs.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     portal_utils.set_keepalive(sock, *_KEEPALIVE)

@@ -60,16 +60,23 @@ def policy_calls(args, script):
     return {}
 
 
+class Complete(elements.Config):
+    """An `args` that holds every key of `defaults()`, as `with_defaults`
+    returns it. It stays one through `update` and pickling (which cannot
+    remove keys), so the processes of a run, each calling `normalize` on
+    what the launcher normalized, need not read the config files again."""
+
+
 def with_defaults(args):
     """`args` (an `elements.Config` or mapping) with every key a runner reads
     and `args` lacks set to its default; nested keys such as `usage.gc` are
     filled one by one. Keys already present are kept as given."""
+    if isinstance(args, Complete):
+        return args
     args = args if isinstance(args, elements.Config) else elements.Config(args)
     given = args.flat
     missing = {k: v for k, v in defaults().items() if k not in given}
-    if not missing:
-        return args
-    return elements.Config({**given, **missing})
+    return Complete({**given, **missing})
 
 
 @functools.cache

@@ -47,6 +47,40 @@ class EpisodeStats:
         if tran['is_last']:
             self._finish(worker)
 
+    def add_batch(self, trans, workers):
+        """Steps of several workers at once: `trans` holds arrays whose
+        first axis is the row of `workers[i]`; the same as `add` per row,
+        with the per-key decisions taken once per batch."""
+        images, logs = [], []
+        for key, value in trans.items():
+            value = np.asarray(value)
+            if value.ndim == 4 and is_image(value[0]):
+                images.append(key)
+            elif key.startswith('log/'):
+                if value.ndim != 1:
+                    raise ValueError(
+                        f"Env metric '{key}' must be a scalar or a uint8 "
+                        f"(H, W, C) image, got shape {value.shape[1:]} "
+                        f"({value.dtype}).")
+                logs.append(key)
+        firsts = np.asarray(trans['is_first']).tolist()
+        lasts = np.asarray(trans['is_last']).tolist()
+        rewards = np.asarray(trans['reward'], np.float64).tolist()
+        columns = [(key, np.asarray(trans[key], np.float64).tolist())
+                   for key in logs]
+        for i, worker in enumerate(workers):
+            if firsts[i] or worker not in self.episodes:
+                self.episodes[worker] = _Episode()
+            episode = self.episodes[worker]
+            episode.rewards.append(rewards[i])
+            if worker == self.video_worker:
+                for key in images:
+                    episode.frames[key].append(trans[key][i])
+            for key, column in columns:
+                episode.logs[key].append(column[i])
+            if lasts[i]:
+                self._finish(worker)
+
     def drop(self, worker):
         """Forgets an unfinished episode (its env went away)."""
         self.episodes.pop(worker, None)

@@ -92,12 +92,14 @@ def connect_timeout(args, role):
     return args.connect_timeout if is_remote(args, role) else None
 
 
-def connect(args, role, name, **kwargs):
-    """A client of `role`'s server; `Unreachable` after run.connect_timeout
-    when the role is remote, with a report every run.wait_report seconds
-    while it waits."""
+def connect(args, role, name, separate=False, **kwargs):
+    """A client of `role`'s server; `Unreachable` (`Refused` when the server
+    refused the secret) after run.connect_timeout when the role is remote
+    or this is a command started apart from the main run (`separate`),
+    with a report every run.wait_report seconds while it waits."""
+    timeout = args.connect_timeout if separate else connect_timeout(args, role)
     return rpc.connect(
-        args[f'{role}_addr'], name, connect_timeout(args, role),
+        args[f'{role}_addr'], name, timeout,
         report_every=args.wait_report, handshake=handshake(args),
         **kwargs)
 

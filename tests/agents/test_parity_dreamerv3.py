@@ -342,8 +342,8 @@ def jax_leaves(tree):
 
 @pytest.mark.parametrize('pair', ['debug'], indirect=True)
 def test_cosine_schedule_differs_on_purpose(pair):
-    """The one value that differs on purpose (README, "Differences from the
-    original that can change learning"): with `opt.schedule cosine` the
+    """The one value that differs on purpose (docs/compatibility.md, "Differences
+    that can change learning"): with `opt.schedule cosine` the
     original passes `0.1 * lr` as optax's `alpha`, a fraction of the
     learning rate, so its rate decays to lr * 0.1 * lr, about zero; ours
     decays to 0.1 * lr, where its `linear` schedule ends too. Until the

@@ -61,6 +61,9 @@ def test_peer_without_the_secret_is_refused_before_any_method():
         wrong = auth.Credentials.from_secret('other').handshake()
         with socket.create_connection(('127.0.0.1', server.port), 5) as sock:
             sock.sendall(wrong.encode() + (20).to_bytes(8, 'little'))
+            sock.settimeout(10)
+            # Told it was refused, by whom, then hung up on.
+            assert auth.read_verdict(sock) == (False, 'Test')
             assert hung_up(sock)
         assert server.stats()['refused'] >= 2
         ours = client(server, WORKER.handshake())
@@ -89,6 +92,8 @@ def test_frame_over_the_limit_closes_that_connection_only():
         with socket.create_connection(('127.0.0.1', server.port), 5) as sock:
             sock.sendall(WORKER.handshake().encode() + (4 << 30).to_bytes(
                 8, 'little'))
+            sock.settimeout(10)
+            assert auth.read_verdict(sock) == (True, 'Test')
             assert hung_up(sock)
         ours = client(server, WORKER.handshake())
         try:
@@ -123,6 +128,8 @@ def test_unauthenticated_shutdown_and_oversized_frames_do_not_stop_a_run(
             with socket.create_connection(('127.0.0.1', port), 5) as sock:
                 sock.sendall(b'portal_handshake' + (4 << 30).to_bytes(
                     8, 'little'))
+                sock.settimeout(10)
+                assert auth.read_verdict(sock)[0] is False
                 assert hung_up(sock)
         step = progress_step(run.output())
         run.wait_for(lambda: progress_step(run.output()) > step + 100,

@@ -68,12 +68,14 @@ def assigned_attributes(fn):
 
 # (object, attribute, its parameters or None) that embodied/rpc relies on.
 METHODS = [
-    # client.ClientSocket overrides _loop and require_connection and uses:
+    # client.ClientSocket overrides _loop, _connect (with the verdict and
+    # back-off) and require_connection and uses:
     (client_socket.ClientSocket, '__init__',
      ['self', 'addr', 'name', 'start', 'kwargs']),
     (client_socket.ClientSocket, '_loop', ['self']),
     (client_socket.ClientSocket, '_connect', ['self']),
     (client_socket.ClientSocket, '_log', ['self', 'args']),
+    (client_socket.ClientSocket, '_create', ['self']),
     (client_socket.ClientSocket, 'require_connection', ['self', 'timeout']),
     (client_socket.ClientSocket, 'start', ['self']),
     (client_socket.ClientSocket, 'send', ['self', 'data', 'timeout']),
@@ -112,6 +114,7 @@ METHODS = [
     (portal_contextlib.context, 'options', None),
     (portal_contextlib.context, 'clientkw', None),
     (portal_contextlib.context, 'serverkw', None),
+    (portal_contextlib.context, 'resolver', None),
     (portal, 'Disconnected', None),
     (portal, 'setup', None),
     (portal, 'Process', None),
@@ -145,10 +148,11 @@ def test_client_socket_attributes_the_loop_uses():
     try:
         for name in ('options', 'isconn', 'wantconn', 'running', 'sendq',
                      'recvq', 'get_signal', 'set_signal', 'callbacks_conn',
-                     'callbacks_recv', 'callbacks_disc', 'thread'):
+                     'callbacks_recv', 'callbacks_disc', 'thread', 'addr',
+                     'name'):
             assert hasattr(sock, name), name
         for name in ('autoconn', 'max_msg_size', 'max_recv_queue',
-                     'handshake'):
+                     'handshake', 'ipv6'):
             assert hasattr(sock.options, name), name
         # portal starts the loop it names: the override must be the one run.
         assert sock.thread.fn.__func__ is client_socket.ClientSocket._loop

@@ -143,6 +143,11 @@ def test_one_env_requests_of_the_original_batch_with_rows(client_for):
                 'envid': np.array([0, 1], np.int32),
                 'image': np.zeros((2, 3, 3), np.uint8),
                 'is_last': np.array([False, True])})
+            # Ours first: its rows wait in the queue before the others send.
+            deadline = time.monotonic() + 10
+            while server.methods['act'].rows < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
             singles = [original.act({
                 'envid': envid, 'image': np.full((3, 3), envid, np.uint8),
                 'is_last': False}) for envid in (2, 3)]

@@ -88,6 +88,47 @@ def test_recent_score_is_the_mean_of_the_latest_episodes():
     assert stats.recent_score() == pytest.approx((2 + 3 + 10) / 3)
 
 
+def test_add_batch_gives_what_add_gives_row_by_row():
+    def written(feed):
+        rows = []
+        logger = elements.Logger(elements.Counter(), [
+            lambda summaries: rows.append(
+                {k: v for _, k, v in summaries if not k.endswith('video')})])
+        stats = episodeslib.EpisodeStats(logger)
+        rng = np.random.default_rng(0)
+        for t in range(30):  # Two envs, episodes of different lengths.
+            batch = {
+                'reward': rng.normal(size=2).astype(np.float32),
+                'is_first': np.array([t % 7 == 0, t % 5 == 0]),
+                'is_last': np.array([t % 7 == 6, t % 5 == 4]),
+                'image': rng.integers(0, 255, (2, 4, 4, 3), np.uint8),
+                'log/x': np.float32([t, np.nan if t % 3 else -t]),
+            }
+            feed(stats, batch, [0, 1])
+        logger.add(stats.result(), prefix='epstats')
+        logger.write()
+        return rows, stats.recent_score()
+
+    def by_row(stats, batch, workers):
+        for i, worker in enumerate(workers):
+            stats.add({k: v[i] for k, v in batch.items()}, worker)
+
+    rows, score = written(by_row)
+    assert rows and any('epstats/log/x/sum' in row for row in rows)
+    batched = written(lambda s, b, w: s.add_batch(b, w))
+    assert repr(batched) == repr((rows, score))  # repr: NaN equals NaN.
+
+
+def test_add_batch_refuses_a_log_metric_that_is_no_scalar():
+    logger = elements.Logger(elements.Counter(), [lambda summaries: None])
+    stats = episodeslib.EpisodeStats(logger)
+    with pytest.raises(ValueError, match="Env metric 'log/v' must be a "
+                                         "scalar"):
+        stats.add_batch({'reward': np.zeros(2), 'is_first': np.ones(2, bool),
+                         'is_last': np.zeros(2, bool),
+                         'log/v': np.zeros((2, 3))}, [0, 1])
+
+
 @pytest.mark.parametrize('script', ['train', 'eval_only'])
 def test_scripts_print_progress_and_summary(tmp_path, script):
     logdir = tmp_path / 'run'

@@ -51,10 +51,13 @@ class ActorRole:
         self.replay, self.logger = replay, logger
         self.backlog = backlog(args)
         islist = lambda x: isinstance(x, list)
-        initial = agent.init_policy(args.actor_batch)
-        initial = elements.tree.map(lambda x: x[0], initial, isleaf=islist)
         self._islist = islist
-        # Each env's carry; an env is in at most one batch at a time.
+        # Each env's carry as the tuple of its leaves, all of one structure
+        # (`_structure`): a batch is gathered and scattered leaf by leaf, not
+        # with a tree walk per env. An env is in at most one batch at a time.
+        leaves, self._structure = elements.tree.flatten(
+            agent.init_policy(args.actor_batch), isleaf=islist)
+        initial = tuple(leaf[0] for leaf in leaves)
         self.carries = collections.defaultdict(lambda: initial)
         self.counts = collections.Counter()
         self.counts_lock = threading.Lock()  # Guards `counts`.
@@ -68,19 +71,22 @@ class ActorRole:
         """Runs the policy on the rows of several envs; returns the reply
         (actions and `reset`) and the transitions for `send`."""
         start = time.monotonic()
-        islist = self._islist
         envid = obs.pop('envid')
         is_eval = obs.pop('is_eval')
-        carry = [self.carries[e] for e in envid.tolist()]
-        carry = elements.tree.map(lambda *xs: list(xs), *carry)
+        envids = envid.tolist()
+        rows = [self.carries[e] for e in envids]
+        carry = elements.tree.unflatten(
+            [list(leaf) for leaf in zip(*rows)] if rows[0] else [],
+            self._structure)
         logs = {k: v for k, v in obs.items() if k.startswith('log/')}
         obs = {k: v for k, v in obs.items() if not k.startswith('log/')}
         carry, acts, outs = self.agent.policy(carry, obs)
         clash = set(acts) & set(outs)
         assert not clash, f'policy outs repeat action keys: {sorted(clash)}'
-        for i, e in enumerate(envid.tolist()):
-            self.carries[e] = elements.tree.map(
-                lambda x: x[i], carry, isleaf=islist)
+        leaves, self._structure = elements.tree.flatten(
+            carry, isleaf=self._islist)
+        for i, e in enumerate(envids):
+            self.carries[e] = tuple(leaf[i] for leaf in leaves)
         acts = {k: np.asarray(v) for k, v in acts.items()}
         outs = {k: np.asarray(v) for k, v in outs.items()}
         ids = {'envid': envid, 'is_eval': is_eval}
@@ -113,6 +119,11 @@ class ActorRole:
             while self.inflight and self.inflight[0].done():
                 self.inflight.popleft().result()  # Raises what the role raised.
             return not self.inflight
+
+    def carry(self, envid):
+        """The policy carry of env `envid` (its initial one before its first
+        step)."""
+        return elements.tree.unflatten(self.carries[envid], self._structure)
 
     def stats(self):
         """The policy's step and time counters and the number of carries."""

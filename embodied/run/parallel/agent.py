@@ -87,12 +87,14 @@ class AgentControl:
             server.bind(name, getattr(self, name))
 
     def status(self):
-        """The actor's counters, the learner's (`learner_` prefixed) and the
-        server's (`server/`)."""
+        """The actor's counters, the learner's (`learner_` prefixed), the
+        server's (`server/`) and the addresses of the last peers it refused
+        (`refused_from`)."""
         return {
             **self.actor.stats(),
             **{f'learner_{k}': v for k, v in self.link.learner_stats().items()},
             **prefix(self.server.stats(), 'server'),
+            'refused_from': list(self.server.socket.refused_from),
         }
 
     def pause(self):

@@ -9,6 +9,13 @@ it with 0. `parallel_env` and `parallel_envs` run workers apart from
 `envpool.EnvPool`, which restarts crashed ones. Errors a restart cannot fix
 end the worker with an exit code that says so (see `envpool`).
 
+A worker that loses the actor reconnects with back-off (`rpc.backoff`,
+one line per reason per run.wait_report). Workers of a separately started
+command give up after run.connect_timeout without the actor, from their
+start or from the loss: its main run has ended or never started (exit 69),
+or the actor refused this command's secret (exit 77); `parallel_envs` then
+ends with that code and one line saying why.
+
 RPC methods called: actor `act` (one request per step of the worker's envs).
 """
 
@@ -31,7 +38,7 @@ from embodied.run import wiring
 @elements.timer.section('env')
 def parallel_env(make_env, envid, args, is_eval=False):
     """One env worker stepping one env; see `parallel_envs` for more."""
-    return run_worker(make_env, [envid], args, is_eval)
+    return run_worker(make_env, [envid], args, is_eval, separate=True)
 
 
 def parallel_envs(make_env, make_env_eval, args):
@@ -40,13 +47,23 @@ def parallel_envs(make_env, make_env_eval, args):
     does; for envs launched apart from `combined`."""
     args = arguments.normalize(args)
     pool = envpool.EnvPool(
-        specs(wiring.dumps(make_env), wiring.dumps(make_env_eval), args),
+        specs(wiring.dumps(make_env), wiring.dumps(make_env_eval), args,
+              separate=True),
         args.env_restarts)
     pool.start()
     with stopping.StopSignal() as stop:
         try:
             while not stop.requested:
-                pool.poll(done_ok=True)
+                try:
+                    pool.poll(done_ok=True)
+                except rpc.WorkerFailed as e:
+                    if e.exitcode not in envpool.NO_ACTOR:
+                        raise
+                    # The worker printed why; one line for the command.
+                    print(f'parallel_envs: ending with exit code '
+                          f'{e.exitcode}: {e.name} '
+                          f'{envpool.NO_ACTOR[e.exitcode]}.', flush=True)
+                    raise SystemExit(e.exitcode) from None
                 if not pool.running() and not pool.restarting():
                     break  # Every worker was told to stop.
                 time.sleep(0.1)
@@ -55,8 +72,9 @@ def parallel_envs(make_env, make_env_eval, args):
     return 0
 
 
-def specs(make_env_train, make_env_eval, args):
-    """An `EnvWorkerSpec` per env worker process of the launch."""
+def specs(make_env_train, make_env_eval, args, separate=False):
+    """An `EnvWorkerSpec` per env worker process of the launch; with
+    `separate`, of a command started apart from the main run."""
     size = max(1, args.envs_per_worker)
     train = list(range(args.envs))
     evals = list(range(args.envs, args.envs + args.eval_envs))
@@ -69,7 +87,7 @@ def specs(make_env_train, make_env_eval, args):
             result.append(envpool.EnvWorkerSpec(
                 name, ids, is_eval, functools.partial(
                     rpc.Process, run_worker, make, ids, args, is_eval,
-                    name=name)))
+                    separate, name=name)))
     return result
 
 
@@ -79,8 +97,10 @@ def worker_name(envids):
         f'-{envids[-1]:05}' if len(envids) > 1 else '')
 
 
-def run_worker(make_env, envids, args, is_eval):
-    """Steps the envs `envids` against the actor until it says stop."""
+def run_worker(make_env, envids, args, is_eval, separate=False):
+    """Steps the envs `envids` against the actor until it says stop. With
+    `separate` (a command started apart from the main run), it gives up
+    after run.connect_timeout without the actor."""
     args = arguments.normalize(args)
     make_env = wiring.loads(make_env)
     name = worker_name(envids)
@@ -100,20 +120,32 @@ def run_worker(make_env, envids, args, is_eval):
     fps = elements.FPS()
     should_log = embodied.LocalClock(args.log_every)
     logger = None
-    if envids[0] == 0 and '{auto}' not in args.logger_addr:
-        logger = wiring.connect(args, 'logger', f'{name}Logger', maxinflight=1)
+    backoff = rpc.backoff.Backoff(every=args.wait_report)
 
-    def connect():
+    def connect(lost=False):
         # The actor serves only once it reached the replay and logger, which
-        # may take run.connect_timeout itself: wait twice as long, so that
-        # the role that is really missing is the one named.
-        timeout = wiring.connect_timeout(args, 'actor')
+        # may take run.connect_timeout itself: a launch's worker waits twice
+        # as long, so that the role that is really missing is the one named.
+        # A separate command's worker waits run.connect_timeout: without
+        # the actor that long, its main run has ended or never started.
+        if separate:
+            timeout = args.connect_timeout
+        else:
+            timeout = wiring.connect_timeout(args, 'actor')
+            timeout = timeout and 2 * timeout
         try:
             return rpc.SyncClient.connect(
-                args.actor_addr, name, timeout and 2 * timeout,
-                wiring.ipv6(args), report_every=args.wait_report,
-                handshake=wiring.handshake(args))
+                args.actor_addr, name, timeout, wiring.ipv6(args),
+                report_every=args.wait_report,
+                handshake=wiring.handshake(args), backoff=backoff)
+        except rpc.Refused as e:
+            raise envpool.ActorRefused(str(e)) from None
         except rpc.Unreachable as e:
+            if separate:
+                when = 'since it was lost' if lost else 'since this start'
+                e = (f'[{name}] No actor at {args.actor_addr} for {timeout} s '
+                     f'{when} (run.connect_timeout): the main run has ended '
+                     f'or never started. Exiting.')
             raise envpool.ActorUnreachable(str(e)) from None
 
     def reset_actions():
@@ -142,6 +174,10 @@ def run_worker(make_env, envids, args, is_eval):
     actor = None
     try:
         actor = connect()
+        if envids[0] == 0 and '{auto}' not in args.logger_addr:
+            logger = wiring.connect(
+                args, 'logger', f'{name}Logger', separate=separate,
+                maxinflight=1)
         acts = reset_actions()
         while True:
             with elements.timer.section('step'):
@@ -153,13 +189,17 @@ def run_worker(make_env, envids, args, is_eval):
                 with elements.timer.section('request'):
                     reply = request(batch)
             except portal.Disconnected:
-                print(f'[{name}] Lost the actor; reconnecting and starting '
-                      f'new episodes.', flush=True)
+                backoff.report('lost', (
+                    f'[{name}] Lost the actor at {args.actor_addr}; '
+                    f'reconnecting and starting new episodes.'))
                 actor.close(1)
                 actor = None
-                actor = connect()
+                backoff.wait()
+                actor = connect(lost=True)
                 acts = reset_actions()
                 continue
+            if backoff.attempts:
+                backoff.reset()
             if wiring.STOP_KEY in reply:
                 return 0
             acts = [{k: v[i] for k, v in reply.items()}
@@ -167,6 +207,16 @@ def run_worker(make_env, envids, args, is_eval):
             if logger and should_log():
                 logger.add({'fps/env': fps.result(),
                             **timing.timer_metrics('timer/env')})
+    except rpc.Unreachable as e:  # Refused included: only its logger's.
+        if not separate:
+            raise
+        print(e, flush=True)  # A line, not a traceback: nothing failed here.
+        raise SystemExit(rpc.supervisor.exit_code(e)) from None
+    except (envpool.ActorRefused, envpool.ActorUnreachable) as e:
+        if not separate:
+            raise
+        print(e, flush=True)
+        raise SystemExit(e.exitcode) from None
     finally:
         actor and actor.close(1)
         logger and logger.close(1)

@@ -12,7 +12,8 @@
 Each `EnvWorkerSpec` says how to make a fresh, unstarted worker process. A
 worker that ends with `EXIT_ENV_INIT` (its env failed in the constructor),
 `EXIT_BAD_INPUT` (an observation or action outside its space) or
-`EXIT_UNREACHABLE` (no actor within run.connect_timeout) ends the run at once:
+`EXIT_UNREACHABLE` (no actor within run.connect_timeout) or `EXIT_REFUSED`
+(the actor refused the worker's secret) ends the run at once:
 a restart would fail the same way. Any other end before `stopping()` (an
 exception in the env, SIGKILL, a segfault, even exit 0) is a crash: the
 worker is started again after a back-off that doubles with each of its
@@ -33,9 +34,13 @@ from collections.abc import Callable
 from embodied import rpc
 from embodied.rpc.supervisor import (
     WorkerGroup,
-    EXIT_BAD_INPUT, EXIT_ENV_INIT, EXIT_UNREACHABLE)
+    EXIT_BAD_INPUT, EXIT_ENV_INIT, EXIT_REFUSED, EXIT_UNREACHABLE)
 
-FATAL = (EXIT_ENV_INIT, EXIT_BAD_INPUT, EXIT_UNREACHABLE)
+FATAL = (EXIT_ENV_INIT, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_REFUSED)
+# Exit codes of a worker that gave up on the actor, and why.
+NO_ACTOR = {
+    EXIT_UNREACHABLE: 'found no actor within run.connect_timeout',
+    EXIT_REFUSED: 'was refused by the actor: the run secret differs'}
 
 
 class EnvInitError(RuntimeError):
@@ -48,6 +53,12 @@ class ActorUnreachable(ConnectionError):
     """The actor did not accept the env worker within run.connect_timeout."""
 
     exitcode = EXIT_UNREACHABLE
+
+
+class ActorRefused(ConnectionError):
+    """The actor refused the env worker's secret until run.connect_timeout."""
+
+    exitcode = EXIT_REFUSED
 
 
 class BadInput(ValueError):

@@ -50,6 +50,7 @@ from embodied.run import validation
 from embodied.run import wiring
 from embodied.run.parallel import env
 from embodied.run.parallel import envpool
+from embodied.run.parallel import roles
 from embodied.run.parallel.agent import parallel_agent
 from embodied.run.parallel.logger_server import parallel_logger
 from embodied.run.parallel.replay_server import parallel_replay
@@ -82,7 +83,10 @@ def combined(
         replay_eval=make_replay_eval, env_train=make_env_train,
         env_eval=make_env_eval, stream=make_stream, logger=make_logger)
     factories = {k: wiring.dumps(v) for k, v in factories.items()}
+    origin = roles.secret_origin(args)
     creds = _credentials(args)
+    for line in roles.start_lines(args, origin):
+        print(line, flush=True)
     if creds:  # The workers get the data token, never the control token.
         args = args.update(secret=creds.for_workers().encode())
     if args.get('from_checkpoint') and saving.resume_tag(args.logdir, report=False) is None:
@@ -93,7 +97,8 @@ def combined(
             {k: args[k] for k in ADDR_KEYS}, wiring.ipv6(args))
         launch = _Launch(
             factories, args.update(filled),
-            handshake=creds and creds.handshake(control=True))
+            handshake=creds and creds.handshake(control=True),
+            secret_origin=origin)
         try:
             return launch.run()
         except rpc.WorkerFailed as e:
@@ -144,8 +149,9 @@ class _Launch:
 
     ROLE_OF = {'Agent': 'actor', 'Replay': 'replay', 'Logger': 'logger'}
 
-    def __init__(self, factories, args, handshake=None):
+    def __init__(self, factories, args, handshake=None, secret_origin=None):
         self.args = args
+        self.secret_origin = secret_origin  # See `roles.secret_origin`.
         self.handshake = handshake  # The control token's, with run.auth.
         self.factories = factories
         self.group = rpc.Supervisor()
@@ -304,10 +310,17 @@ class _Launch:
                 now = time.monotonic()
                 if timeout is not None and now - begin > timeout:
                     client.close(1)
+                    if client.socket.refusal:
+                        hint = roles.secret_hint(self.args, self.secret_origin)
+                        raise rpc.Refused(
+                            f'The {role} at {addr} kept refusing this '
+                            f'command\'s run secret for {timeout} s '
+                            f'(run.connect_timeout); start it with this '
+                            f'run\'s secret: {hint}.')
                     raise rpc.Unreachable(
                         f'The {role} at {addr} did not come up within '
                         f'{timeout} s (run.connect_timeout).')
-                if now >= next_report:
+                if now >= next_report and not client.socket.refusal:
                     next_report = now + self.args.wait_report
                     print(f'Launcher: waiting for the {role} at {addr} for '
                           f'{now - begin:.0f} s '
@@ -346,10 +359,8 @@ class _Launch:
             self.progress.observe(step)
             if args.remote_envs and not status['env_steps'] and (
                     time.monotonic() - start > args.connect_timeout):
-                raise rpc.Unreachable(
-                    f'No env worker reached the actor at {args.actor_addr} '
-                    f'within {args.connect_timeout} s (run.connect_timeout); '
-                    f'start them with --script parallel_envs.')
+                raise rpc.Unreachable(roles.no_envs_message(
+                    args, self._call('actor', 'status'), self.secret_origin))
             reason = stopping.stop_reason(
                 args, step * args.replicas, start, signal)
             if reason:

@@ -17,6 +17,7 @@ import threading
 import time
 
 import elements
+import numpy as np
 
 import embodied
 from embodied.run import arguments
@@ -65,16 +66,25 @@ class LoggerRole:
         now = time.monotonic()
         envids = trans.pop('envid').tolist()
         is_eval = trans['is_eval']
+        trans.pop('is_eval')
+        evals = is_eval.tolist()
         with self.lock:
-            self.step.increment(int((~is_eval).sum()))
+            self.step.increment(evals.count(False))
             self.counts['env_steps'] += len(envids)
-            self.parallel.add('ep_starts', trans['is_first'].sum(), agg='sum')
-            self.parallel.add('ep_ends', trans['is_last'].sum(), agg='sum')
-            for i, envid in enumerate(envids):
-                row = {k: v[i] for k, v in trans.items()}
-                evaluating = bool(row.pop('is_eval'))
+            # Summed here, added to `parallel` once per write.
+            self.counts['ep_starts'] += int(trans['is_first'].sum())
+            self.counts['ep_ends'] += int(trans['is_last'].sum())
+            for envid, evaluating in zip(envids, evals):
                 self.updated[envid] = (now, evaluating)
-                self.episodes[evaluating].add(row, envid)
+            kinds = set(evals)
+            for evaluating in kinds:
+                if len(kinds) == 1:
+                    rows, part = envids, trans
+                else:
+                    index = np.flatnonzero(is_eval == evaluating)
+                    rows = [envids[i] for i in index]
+                    part = {k: v[index] for k, v in trans.items()}
+                self.episodes[evaluating].add_batch(part, rows)
 
     def abandon(self, envids):
         """Drops the unfinished episodes of envs whose worker crashed."""
@@ -112,6 +122,9 @@ class LoggerRole:
             counts['adds'] = 0
             counts['written'] = counts['env_steps']
             logger = self.logger
+            for key in ('ep_starts', 'ep_ends'):
+                if key in counts:
+                    self.parallel.add(key, counts.pop(key), agg='sum')
             logger.add(self.parallel.result(), prefix='parallel')
             logger.add(self.episodes[False].result(), prefix='epstats')
             logger.add(self.episodes[True].result(), prefix='eval_epstats')

@@ -18,9 +18,16 @@ every insert, sample and release, and report after `run.wait_report` s.
 RPC methods served: the above, and for the launcher `status`, `save`,
 `release` (waits end: the run is stopping), `shutdown`.
 RPC methods called: logger `add` (replay metrics).
+
+Started as its own command (`--script parallel_replay`), the replay gives
+up on a logger (the main run) it cannot reach, or that refuses its secret,
+for run.connect_timeout, at the start or later: it prints why and exits
+with 69 (unreachable) or 77 (refused). A main run that stops in order calls
+`shutdown` first, and the replay exits 0.
 """
 
 import collections
+import multiprocessing
 import threading
 import time
 
@@ -72,8 +79,10 @@ class ReplayRole:
         # waits wake at once instead of at their next poll (`limiters.wait`).
         self.changed = threading.Condition()
         self.counts = collections.Counter()
-        self.limit_agg = elements.Agg()
+        self.sums = {}  # Limiter wait seconds since the last metrics.
+        self.sums_lock = threading.Lock()
         self.slot_writer = rpc.slots.SlotWriter()
+        self._direct = direct_sampler(self.stream_train, replay_train)
         self.logged = {'inserts': 0.0, 'insert_waits': 0.0}
 
     # RPC methods.
@@ -105,7 +114,7 @@ class ReplayRole:
             # Released at shutdown: insert anyway, so replay and logger agree.
             released = dur is None
             dur = dur or 0.0
-            self.limit_agg.add('insert_wait_dur', dur, agg='sum')
+            self._wait_sum('insert_wait_dur', dur)
             counts['insert_wait_seconds'] += dur
             counts['insert_waits'] += dur > 0
             with self.lock:  # As many as the limiter allows in one go.
@@ -131,11 +140,29 @@ class ReplayRole:
             return self._sample_train()
         replies = []
         for one in rpc.slots.split(target):
-            batch = self._sample_train()
-            if batch is None:
+            reply = self._sample_into(one)
+            if reply is None:
                 return None  # Shutting down; the learner stops on None.
-            replies.append(self.slot_writer.write(one, batch))
+            replies.append(reply)
         return replies
+
+    def _sample_into(self, target):
+        """A train batch written into the slot `target` names, with one copy
+        from the replay's chunks where the stream allows (`_direct`), else
+        sampled and then copied; the slot number, or the batch itself where
+        the slot cannot take it. None when released."""
+        direct = self._direct and self._direct()
+        views = direct and self.slot_writer.views(target, direct[0])
+        if not views:
+            batch = self._sample_train()
+            return batch if batch is None else self.slot_writer.write(
+                target, batch)
+        batch = self._sample_train(lambda: direct[1](views))
+        if batch is None:
+            return None
+        if batch['consec'] is not views['consec']:
+            return self.slot_writer.write(target, batch)  # The spec grew.
+        return int(target[1])
 
     def sample_batch_report(self):
         """A batch of the train replay once it has data; None when released."""
@@ -186,7 +213,9 @@ class ReplayRole:
         current = self.status()
         stats = {}
         stats.update(timing.timer_metrics('timer/replay'))
-        stats.update(prefix(self.limit_agg.result(), 'limiter'))
+        with self.sums_lock:
+            sums, self.sums = self.sums, {}
+        stats.update(prefix(sums, 'limiter'))
         logged = self.logged
         inserts = current.get('inserts', 0.0) - logged['inserts']
         waits = current.get('insert_waits', 0.0) - logged['insert_waits']
@@ -226,7 +255,9 @@ class ReplayRole:
         # sampler then waits for data, so inserts must not wait for it.
         return self.limiter.want_insert() or not len(self.replay_train)
 
-    def _sample_train(self):
+    def _sample_train(self, sample=None):
+        """The next train batch once the limiter allows, from `sample()`
+        if given, else from the train stream. None when released."""
         limiter, counts = self.limiter, self.counts
         start = time.monotonic()
         with elements.timer.section('replay_sample_wait'):
@@ -248,10 +279,18 @@ class ReplayRole:
                           'inserts': limiter.size}) is None:
             return None
         waited = time.monotonic() - start
-        self.limit_agg.add('sample_wait_dur', waited, agg='sum')
+        self._wait_sum('sample_wait_dur', waited)
         counts['sample_wait_seconds'] += waited
         counts['samples'] += self.batch_size
-        return next(self.stream_train)  # The replay is thread-safe.
+        if sample is None:
+            return next(self.stream_train)  # The replay is thread-safe.
+        return sample()
+
+    def _wait_sum(self, key, seconds):
+        # Summed here and read by `metrics`: an `elements.Agg.add` per batch
+        # was a tenth of the process's CPU.
+        with self.sums_lock:
+            self.sums[key] = self.sums.get(key, 0.0) + seconds
 
     def _sample_from(self, replay, stream, what):
         if self._wait(lambda: len(replay) > 0,
@@ -280,7 +319,18 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
               f'({len(replay_train)} items).', flush=True)
 
     done = threading.Event()
-    logger = wiring.connect(args, 'logger', 'ReplayLogger', maxinflight=4)
+    # A separate command runs in the main process of its own command line;
+    # a launch's replay is a child of the launcher, which watches it.
+    separate = multiprocessing.parent_process() is None
+    try:
+        logger = wiring.connect(
+            args, 'logger', 'ReplayLogger', separate=separate, maxinflight=4)
+    except rpc.Unreachable as e:
+        if not separate:
+            raise
+        role.close()
+        print(f'{e} Exiting.', flush=True)
+        raise SystemExit(rpc.supervisor.exit_code(e)) from None
     should_log = embodied.LocalClock(args.log_every)
     usage = elements.Usage(**args.usage.update(nvsmi=False))
 
@@ -298,8 +348,18 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         server.bind(name, getattr(role, name))
     server.bind('shutdown', shutdown)
     server.start()
+    lost = None  # Since when the logger has been unreachable.
     try:
         while not done.wait(0.5):
+            if separate and not logger.connected:
+                lost = lost or time.monotonic()
+                if time.monotonic() - lost > args.connect_timeout:
+                    print(f'Replay: no logger at {args.logger_addr} for '
+                          f'{args.connect_timeout} s (run.connect_timeout): '
+                          f'the main run has ended. Exiting.', flush=True)
+                    raise SystemExit(rpc.supervisor.EXIT_UNREACHABLE)
+                continue
+            lost = None
             if should_log():
                 logger.add(metrics())
     finally:
@@ -308,6 +368,50 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         role.slot_writer.close()
         logger.close(1)
     return 0
+
+
+def direct_sampler(stream, replay):
+    """For a train stream that is `make_stream`'s (one `Consec` cut, the
+    whole of each `replay.sample` batch, plus `consec` zeros): a function
+    that returns the batch layout and a sampler `fn(out)` that makes the
+    stream's next batch in the arrays `out` (see `Replay.sample`). None for
+    any other stream, whose batches are then copied after sampling."""
+    source = getattr(stream, 'source', None)
+    nextfn = getattr(source, 'nextfn', None)
+    if not (isinstance(stream, embodied.streams.Consec) and
+            isinstance(source, embodied.streams.Stateless) and
+            stream.consec == 1 and stream.contiguous and
+            stream.prefix + stream.length == getattr(replay, 'length', None)
+            and getattr(nextfn, 'func', None) == getattr(
+                replay, 'sample', None)
+            and hasattr(replay, 'layout') and len(nextfn.args) >= 1
+            and not nextfn.keywords):
+        return None
+    batch = nextfn.args[0]
+
+    def sample(out):
+        data = nextfn(out=out)
+        if data is not out:
+            data = dict(data)
+            data['consec'] = np.zeros(
+                (batch, replay.length), np.int32)
+        else:
+            out['consec'].fill(0)
+        return data
+
+    cache = [None, None]  # `replay.layout`'s answer and the slot layout.
+
+    def direct():
+        if stream.pending is not None:
+            return None  # A cut in progress (a restored position).
+        layout = replay.layout(batch)
+        if cache[0] is not layout:
+            cache[:] = layout, tuple(
+                (k, d.str, s) for k, d, s in layout) + (
+                ('consec', '<i4', (batch, replay.length)),)
+        return cache[1], sample
+
+    return direct
 
 
 def add_rows(replay, data, envids):

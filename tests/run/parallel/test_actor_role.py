@@ -81,7 +81,7 @@ def test_act_keeps_one_carry_per_env_in_any_grouping():
         for e in group:
             counts[e] += 1
     for e, count in counts.items():
-        assert int(actor.carries[e]['count']) == count - 1
+        assert int(actor.carry(e)['count']) == count - 1
     assert actor.stats()['policy_steps'] == sum(counts.values())
     assert actor.stats()['carries'] == 3
 

@@ -279,7 +279,7 @@ def test_taken_auto_port_is_retried(monkeypatch, taken):
     class FakeLaunch:
         attempts = 0
 
-        def __init__(self, factories, args, handshake=None):
+        def __init__(self, factories, args, **kwargs):
             self.args = args
 
         def run(self):

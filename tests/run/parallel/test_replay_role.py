@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import embodied
+from embodied import rpc
+from embodied.main import make_stream
 from embodied.run import arguments
 from embodied.run.parallel.replay_server import ReplayRole
 
@@ -84,6 +86,96 @@ def test_train_batches_hold_consecutive_steps_of_one_env():
         assert role.status()['samples'] == 20 * BATCH
     finally:
         role.close()
+
+
+def main_stream(replay, mode):
+    """`embodied.main.make_stream`'s stream, as the runner builds it."""
+    config = elements.Config(
+        batch_size=BATCH, batch_length=LENGTH, report_length=LENGTH,
+        consec_train=1, consec_report=1, replay_context=0)
+    return make_stream(config, replay, mode)
+
+
+def slot_role():
+    args = arguments.with_defaults(dict(
+        logdir='/tmp/unused', batch_size=BATCH, batch_length=LENGTH,
+        train_ratio=0, wait_report=60))
+    role = ReplayRole(
+        embodied.replay.Replay(LENGTH, 10_000),
+        embodied.replay.Replay(LENGTH, 10_000), main_stream, args)
+    for t in range(60):
+        role.add_batch(rows([0, 1], t))
+    return role
+
+
+def test_slot_batches_are_sampled_straight_into_the_slot(monkeypatch):
+    role = slot_role()
+    ring = None
+    try:
+        first = role.sample_batch_train()  # The learner's first batch.
+        assert sorted(first) == sorted(
+            ['value', 'reward', 'is_first', 'is_last', 'is_terminal',
+             'stepid', 'consec'])
+        ring, problem = rpc.slots.SlotRing.create(
+            rpc.slots.layout_of(first), 4)
+        assert problem is None, problem
+        copies = []
+        monkeypatch.setattr(
+            rpc.slots.np, 'copyto', lambda *a, **k: copies.append(a))
+        for _ in range(10):
+            slots = [ring.acquire(), ring.acquire()]
+            replies = role.sample_batch_train(ring.target(slots))
+            assert replies == slots  # Slot numbers, not the batches.
+            for slot in slots:
+                batch = ring.read(slot)
+                check_sequences(batch, [0, 1])
+                assert (batch['consec'] == 0).all()
+                assert batch['is_first'][:, 0].all()
+                stepids = {bytes(row) for row in batch['stepid'][:, 0]}
+                assert len(stepids) == BATCH or BATCH == 1
+                del batch
+        assert not copies  # Written in place, not copied after sampling.
+        assert role.status()['samples'] == 21 * BATCH
+    finally:
+        role.close()
+        ring and ring.close()
+
+
+def test_slot_batches_of_a_grown_spec_are_sent_as_batches():
+    role = slot_role()
+    ring = None
+    try:
+        ring, problem = rpc.slots.SlotRing.create(
+            rpc.slots.layout_of(role.sample_batch_train()), 2)
+        assert problem is None, problem
+        batch = role.sample_batch_train()
+        role.update({'stepid': batch['stepid'],  # A key the slots lack.
+                     'extra': np.ones((BATCH, LENGTH), np.float32)})
+        slot = ring.acquire()
+        reply, = role.sample_batch_train(ring.target([slot]))
+        assert isinstance(reply, dict) and 'extra' in reply
+        check_sequences(reply, [0, 1])
+    finally:
+        role.close()
+        ring and ring.close()
+
+
+def test_other_streams_are_sampled_then_copied():
+    role = make_role(train_ratio=0)
+    ring = None
+    try:
+        for t in range(60):
+            role.add_batch(rows([0, 1], t))
+        assert role._direct is None  # Not make_stream's Consec.
+        ring, problem = rpc.slots.SlotRing.create(
+            rpc.slots.layout_of(role.sample_batch_train()), 2)
+        assert problem is None, problem
+        slot = ring.acquire()
+        assert role.sample_batch_train(ring.target([slot])) == [slot]
+        check_sequences(ring.read(slot), [0, 1])
+    finally:
+        role.close()
+        ring and ring.close()
 
 
 def test_inserts_wait_for_samples_past_minsize_and_tolerance():
