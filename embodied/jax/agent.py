@@ -378,6 +378,9 @@ class Agent(embodied.Agent):
             self.runtime.jit and config.jax.get('precompile', True))
         if self._precompile:
             self._compile_ahead()
+        # Replicas start their first collective together: gloo gives up on
+        # a peer that arrives more than 30 s later (e.g. still compiling).
+        distributed.barrier('agent-built')
         self._built = True
 
     def _init_state(self):
