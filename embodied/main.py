@@ -23,6 +23,7 @@ from embodied import config as configlib
 from embodied import rpc
 from embodied.run import arguments
 from embodied.run import memory
+from embodied.run import replicas as replicaslib
 from embodied.run import validation
 from embodied.run import wiring
 
@@ -73,8 +74,39 @@ def main(argv=None):
     except validation.BadValue as e:
         # Values only checkable once JAX sees the devices (a mesh that does
         # not fit the GPUs), raised while the agent is built.
+        if config.replicas > 1:
+            _end_replica(e, code=2)
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
+    except Exception as e:
+        if config.replicas > 1:
+            _end_replica(e)
+        raise
+    if config.replicas > 1:
+        from embodied.jax import distributed
+        distributed.finish()
+
+
+def _end_replica(error, code=1):
+    """A replica that fails ends at once with exit code `code` and a
+    message, rather than waiting in JAX's shutdown for replicas that may
+    be gone."""
+    from embodied.jax import distributed
+    if not distributed.started():
+        return
+    distributed.exit_lost(error)
+    if code == 1 and not isinstance(error, distributed.ReplicaError):
+        import traceback
+        traceback.print_exc()
+    print(f'error: replica {distributed.replica()}: {error}',
+          file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    if distributed.replica() == 0:
+        # Replica 0 serves the coordinator: leaving at once would end the
+        # others before they report their own error.
+        import time
+        time.sleep(3)
+    os._exit(code)
 
 
 def parse(argv=None):
@@ -90,8 +122,13 @@ def parse(argv=None):
     _check(config)
     config = config.update(logdir=config.logdir.format(
         timestamp=elements.timestamp()))
-    if 'JOB_COMPLETION_INDEX' in os.environ:
-        config = config.update(replica=int(os.environ['JOB_COMPLETION_INDEX']))
+    try:
+        config, source = replicaslib.from_scheduler(config, os.environ)
+        replicaslib.check(config)
+    except replicaslib.BadReplicas as e:
+        raise UsageError(str(e)) from None
+    if source:
+        print(source, flush=True)
     return config
 
 
@@ -145,7 +182,8 @@ def run(config):
     print('Run script:', config.script)
     if not config.script.endswith(('_env', '_envs', '_replay')):
         logdir.mkdir()
-        config.save(logdir / 'config.yaml')
+        if config.replica == 0 or config.replicas == 1:  # One writer.
+            config.save(logdir / 'config.yaml')
 
     import portal
     portal.setup(
@@ -209,6 +247,8 @@ def replay_spaces(config):
 
 
 def make_agent(config):
+    if config.replicas > 1 and not config.random_agent:
+        _join_replicas(config)
     env = make_env(config, 0)
     obs_space = {
         k: v for k, v in env.obs_space.items() if not k.startswith('log/')}
@@ -242,13 +282,25 @@ def make_agent(config):
     return ctor(obs_space, act_space, agent_config)
 
 
+def _join_replicas(config):
+    """Joins the run's replicas (JAX's distributed runtime), refuses a
+    replica whose config differs from replica 0's, and checks that all see
+    one logdir; in the process that builds the agent, before it is built."""
+    from embodied.jax import distributed
+    distributed.start(config)
+    distributed.check_same_config(config)
+    distributed.check_shared_logdir(config.logdir)
+
+
 def make_logger(config):
     step = elements.Counter()
     logdir = config.logdir
     suite = config.task.split('_', 1)[0]
-    multiplier = config.env.get(suite, {}).get('repeat', 1)
+    # The step written counts the env steps of every replica (the replicas
+    # step alike); only replica 0 writes metrics files.
+    multiplier = config.env.get(suite, {}).get('repeat', 1) * config.replicas
     outputs = [elements.logger.TerminalOutput(config.logger.filter, 'Agent')]
-    for output in config.logger.outputs:
+    for output in (config.logger.outputs if config.replica == 0 else ()):
         if output == 'jsonl':
             outputs.append(embodied.outputs.JSONLOutput(
                 logdir, 'metrics.jsonl'))
@@ -302,7 +354,12 @@ def make_env(config, index, **overrides):
     kwargs = dict(config.env.get(suite, {}))
     kwargs.update(overrides)
     if kwargs.pop('use_seed', False):
-        kwargs['seed'] = hash((config.seed, index)) % (2 ** 32 - 1)
+        # Replicas step envs of their own seeds (replica 0's are those of a
+        # run of one replica).
+        key = (config.seed, index)
+        if config.replicas > 1 and config.replica:
+            key = (config.seed, config.replica, index)
+        kwargs['seed'] = hash(key) % (2 ** 32 - 1)
     if kwargs.pop('use_logdir', False):
         kwargs['logdir'] = elements.Path(config.logdir) / f'env{index}'
     env = ctor(task, **kwargs)

@@ -154,6 +154,19 @@ NOT_RUN = {
     'python -m pytest': 'the test suite itself',
     'tensorboard': 'a server that runs until stopped',
     'git clone': 'fetches the original for the tests that compare with it',
+    # docs/hosts.md: replicas need several commands at once (or a cluster);
+    # tests/run/test_replicas.py runs two replicas on loopback and reads
+    # both recipes.
+    'sbatch': 'needs a Slurm cluster',
+    'kubectl': 'needs a Kubernetes cluster',
+    'python -m embodied.main --configs cartpole --script train --logdir /shared/logdir/run1 --replica 0 --replicas 2 --jax.coordinator_address host0:8476':
+        'one of several replicas started together',
+    'python -m embodied.main --configs cartpole --script train --logdir /shared/logdir/run1 --replica 1 --replicas 2 --jax.coordinator_address host0:8476':
+        'one of several replicas started together',
+    'python -m embodied.main --configs debug --task dummy_disc --logdir ~/logdir/replicas --replica 0 --replicas 2 --jax.coordinator_address 127.0.0.1:8476 --jax.mock_devices 2 --jax.train_devices 0 1 &':
+        'one of several replicas started together',
+    'python -m embodied.main --configs debug --task dummy_disc --logdir ~/logdir/replicas --replica 1 --replicas 2 --jax.coordinator_address 127.0.0.1:8476 --jax.mock_devices 2 --jax.train_devices 0 1':
+        'one of several replicas started together',
     'mkdocs build': 'tests/test_docs.py builds the site',
 }
 

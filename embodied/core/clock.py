@@ -10,7 +10,7 @@ Without `setup` (or with one replica) a `GlobalClock` is a `LocalClock`.
 import threading
 import time
 
-# Set by `setup` for a multi-replica run: (client, replica, timeout).
+# Set by `setup` (or `use`) for a multi-replica run: where decisions come from.
 _LINK = None
 _SERVER = None
 
@@ -59,18 +59,39 @@ class GlobalClock(LocalClock):
         super().__init__(every, first)
         self.link = _LINK
         if self.link:
-            client, replica, timeout = self.link
-            self.clockid = _ask(
-                client, 'create', replica, float(every), bool(first),
-                timeout=timeout)
+            self.clockid = self.link.create(float(every), bool(first))
 
     def __call__(self, step=None, skip=None):
         if not self.link:
             return super().__call__(step, skip)
-        client, replica, timeout = self.link
-        return bool(_ask(
-            client, 'should', replica, self.clockid, bool(skip),
-            timeout=timeout))
+        return bool(self.link.should(self.clockid, bool(skip)))
+
+
+class _RpcLink:
+    """Decisions from the clock server of `setup` (our RPC layer)."""
+
+    def __init__(self, client, replica, timeout):
+        self.client, self.replica, self.timeout = client, replica, timeout
+
+    def create(self, every, first):
+        return _ask(self.client, 'create', self.replica, every, first,
+                    timeout=self.timeout)
+
+    def should(self, clockid, skip):
+        return _ask(self.client, 'should', self.replica, clockid, skip,
+                    timeout=self.timeout)
+
+    def close(self):
+        self.client.close(1)
+
+
+def use(link):
+    """Makes global clocks created from now on take their decisions from
+    `link` (an object with `create(every, first) -> clockid` and
+    `should(clockid, skip) -> bool`, e.g. `embodied.jax.distributed.
+    ClockLink` over JAX's key-value store); None makes them local again."""
+    global _LINK
+    _LINK = link
 
 
 def setup(is_server, replica, replicas, port, addr, timeout=600):
@@ -96,15 +117,15 @@ def setup(is_server, replica, replicas, port, addr, timeout=600):
     if is_server:
         _SERVER = _start_server(port, replicas, timeout)
     client = rpc.connect(addr, f'ClockClient{replica}', timeout)
-    _LINK = (client, replica, timeout)
+    _LINK = _RpcLink(client, replica, timeout)
 
 
 def close():
     """Disconnects from the clock server (and stops it on its replica);
     clocks created afterwards are local again."""
     global _LINK, _SERVER
-    if _LINK:
-        _LINK[0].close(1)
+    if _LINK and hasattr(_LINK, 'close'):
+        _LINK.close()
     if _SERVER:
         _SERVER.close()
     _LINK = _SERVER = None

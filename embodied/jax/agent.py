@@ -55,6 +55,15 @@ batch of n rows runs on the smallest compiled size >= n, padded with copies
 of its first row and the results cut back to n rows, so partial batches
 never trace anew. `self.traces` counts the traces per function.
 
+Replicas (several hosts, `distributed`). Building the agent first joins
+the run's replicas when `config.replicas > 1` (JAX's distributed runtime).
+The train mesh then spans every host's devices and the policy mesh this
+host's. `init_train(n)`, `init_report(n)`, `train` and `report` take this
+host's n rows; the global batch is n times the number of replicas (each
+host's rows joined in replica order). `train` and `report` are collectives:
+every replica must call them equally often and in the same order; `save`
+and `load` are not, while the parameters are replicated.
+
 Thread contract. Tracing a ninjax function uses process-wide state (its name
 scope), so every trace in the process runs under one lock, `TRACE_LOCK`;
 the column "traces" says when a method can still trace (and take it).
@@ -98,6 +107,7 @@ import numpy as np
 
 import embodied
 
+from . import distributed
 from . import fetch
 from . import handover
 from . import mesh as meshlib
@@ -144,6 +154,7 @@ class Agent(embodied.Agent):
             raise TypeError(
                 'embodied.jax.Agent is a base class: subclass it and build '
                 'the model in your __init__.')
+        distributed.start(config)  # Joins the replicas first (no-op for one).
         runtime = runtimelib.setup(config.jax, config.get('logdir'))
         obs_space, act_space = _plain_spaces(obs_space), _plain_spaces(act_space)
         from . import nets
@@ -181,7 +192,8 @@ class Agent(embodied.Agent):
 
     def _init_policy_carry(self, batch_size):
         carry = self._jit_init_policy(
-            self._params.acting(), self._seed('init'), batch_size)
+            self._params.acting(), self._seed(self._policy_init_stream()),
+            batch_size)
         return jax.device_put(carry, self._policy_batch)
 
     def init_train(self, batch_size):
@@ -191,6 +203,7 @@ class Agent(embodied.Agent):
         return self._init_train_carry(self._jit_init_report, batch_size)
 
     def _init_train_carry(self, jitted, batch_size):
+        batch_size = self._global_batch(batch_size)
         self._train_layout.check_batch(batch_size, 'batch size')
         with self._state_lock:
             carry = jitted(self._state, self._seed('init'), batch_size)
@@ -365,6 +378,9 @@ class Agent(embodied.Agent):
             self.runtime.jit and config.jax.get('precompile', True))
         if self._precompile:
             self._compile_ahead()
+        # Replicas start their first collective together: gloo gives up on
+        # a peer that arrives more than 30 s later (e.g. still compiling).
+        distributed.barrier('agent-built')
         self._built = True
 
     def _init_state(self):
@@ -374,7 +390,7 @@ class Agent(embodied.Agent):
         length = int(self.config.get('batch_length', 1)) + int(
             self.config.get('replay_context', 0))
         data = {
-            k: np.zeros((batch, length, *v.shape), v.dtype)
+            k: np.zeros((self._local_rows(batch), length, *v.shape), v.dtype)
             for k, v in self.spaces.items()}
         init_train = nj.pure(self.model.init_train)
         train = nj.pure(self.model.train)
@@ -463,7 +479,7 @@ class Agent(embodied.Agent):
             + ').', flush=True)
 
     def _compile_learner(self, config):
-        batch = int(config.batch_size)
+        batch = self._global_batch(int(config.batch_size))
         context = int(config.get('replay_context', 0))
         train_length = int(config.batch_length) + context
         report_length = int(config.get(
@@ -559,7 +575,7 @@ class Agent(embodied.Agent):
 
     def _zero_batch(self, batch, length):
         data = {
-            k: np.zeros((batch, length, *v.shape), v.dtype)
+            k: np.zeros((self._local_rows(batch), length, *v.shape), v.dtype)
             for k, v in self.spaces.items()}
         return meshlib.global_batch(data, self._train_batch)
 
@@ -611,6 +627,39 @@ class Agent(embodied.Agent):
         self._jit_train = self._jit(train, donate_argnums=(0, 1))
         self._jit_report = self._jit(report)
 
+    # Replicas (several hosts; see `distributed`)
+
+    def _global_batch(self, batch_size):
+        """The rows of a learner batch over all replicas: each host feeds
+        `batch_size` rows of its own replay."""
+        return batch_size * jax.process_count()
+
+    def _policy_init_stream(self):
+        """The seed stream of policy carries: 'init' as in the original with
+        one process; with replicas 'policy', so that the 'init' stream, which
+        the learner's collective calls read, advances alike on every
+        replica however often each one's actor starts carries."""
+        return 'policy' if jax.process_count() > 1 else 'init'
+
+    def _local_rows(self, batch_size):
+        """This host's rows of a global batch of `batch_size` rows."""
+        return batch_size // jax.process_count()
+
+    def _host_params(self, params):
+        """With several replicas, the parameters as arrays on this host's
+        devices (the policy mesh is local): the value of each replicated
+        global array. One process: as given."""
+        if jax.process_count() == 1:
+            return params
+        split = [k for k, v in params.items() if not v.is_fully_replicated]
+        if split:
+            raise ValueError(
+                f'With several replicas the policy parameters must be '
+                f'replicated on the train mesh, but {", ".join(split[:3])} '
+                f'are split by the partition rules (jax.train_mesh with f or '
+                f't > 1 over hosts).')
+        return {k: fetch.host_local(v) for k, v in params.items()}
+
     # Internals
 
     def _require_policy(self, method):
@@ -632,6 +681,7 @@ class Agent(embodied.Agent):
             # to the next update, and a transfer between two meshes may keep
             # buffers of its source), then moved device to device.
             params = _copy_arrays({k: self._state[k] for k in self._policy_names})
+            params = self._host_params(params)
             return jax.device_put(params, self._policy_shardings)
 
         if self._params is None:
@@ -692,7 +742,12 @@ class Agent(embodied.Agent):
             count = self._calls[name]
             self._calls[name] = count + 1
         index = SEED_STREAMS.index(name)
-        sequence = np.random.SeedSequence([self._seed_base, index, count])
+        entropy = [self._seed_base, index, count]
+        if name == 'policy' and jax.process_count() > 1:
+            # Each replica acts in its own envs with its own randomness; the
+            # learner's streams stay the same on every replica.
+            entropy.append(jax.process_index())
+        sequence = np.random.SeedSequence(entropy)
         return sequence.generate_state(2).astype(np.uint32)
 
     def _rng_state(self):

@@ -27,7 +27,7 @@ class Fetched(collections.abc.Mapping):
         if not isinstance(tree, dict):
             raise TypeError(f'Fetched needs a dict, got {type(tree).__name__}.')
         for leaf in jax.tree.leaves(tree):
-            if isinstance(leaf, jax.Array):
+            if isinstance(leaf, jax.Array) and leaf.is_fully_addressable:
                 leaf.copy_to_host_async()
         self._tree = tree
         self._keys = tuple(tree)
@@ -69,8 +69,26 @@ class Fetched(collections.abc.Mapping):
 
 def to_numpy(tree):
     """Device arrays to numpy; bfloat16 becomes float32 (loggers and the
-    replay cannot take bfloat16)."""
+    replay cannot take bfloat16). Of an array that spans several hosts
+    (replicas), this host's part: the whole value when it is replicated,
+    else this host's rows (see `host_local`)."""
     def convert(x):
-        x = np.asarray(x)
+        x = np.asarray(host_local(x))
         return x.astype(np.float32) if x.dtype == jnp.bfloat16 else x
-    return jax.tree.map(convert, jax.device_get(tree))
+    return jax.tree.map(convert, jax.device_get(jax.tree.map(host_local, tree)))
+
+
+def host_local(x):
+    """`x` if this process can read all of it; of a global array over
+    several processes, the value when replicated, else this process's
+    rows (its shards along the first axis, in order): what it fed in with
+    `jax.make_array_from_process_local_data`."""
+    if not isinstance(x, jax.Array) or x.is_fully_addressable:
+        return x
+    if x.is_fully_replicated:
+        return x.addressable_shards[0].data
+    parts = {}
+    for shard in x.addressable_shards:
+        start = shard.index[0].start or 0 if shard.index else 0
+        parts.setdefault(start, shard.data)
+    return np.concatenate([np.asarray(parts[k]) for k in sorted(parts)], 0)

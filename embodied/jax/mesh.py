@@ -196,6 +196,11 @@ def global_batch(tree, sharding):
     """Host arrays (this process's whole batch) as arrays laid out by
     `sharding`. One process: a plain transfer. The single place where a
     batch enters the mesh, so that several processes can later build global
-    arrays from their local parts here."""
+    arrays from their local parts here: with several processes (replicas),
+    `tree` is this process's rows of the global batch, which is the
+    processes' rows joined in process order."""
     import jax
-    return jax.device_put(tree, sharding)
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(sharding, x), tree)

@@ -53,10 +53,12 @@ def setup(jaxcfg, logdir=None):
     prealloc, jit, debug.
     """
     _check_choice('jax.platform', jaxcfg.platform, PLATFORMS)
-    if getattr(jaxcfg, 'coordinator_address', ''):
-        raise NotImplementedError(
-            'jax.coordinator_address (multi-host training) is not supported; '
-            'leave it empty.')
+    if getattr(jaxcfg, 'coordinator_address', '') and not _distributed():
+        raise PlatformError(
+            'jax.coordinator_address is set but this process has not joined '
+            'the run\'s replicas: set replicas (and replica) too, or call '
+            'embodied.jax.distributed.start(config) before building the '
+            'agent.')
     _check_choice('jax.compute_dtype', jaxcfg.compute_dtype, DTYPES)
     with _lock:
         _configure_before_start(jaxcfg)
@@ -66,19 +68,27 @@ def setup(jaxcfg, logdir=None):
             jax.config.update('jax_disable_most_optimizations', True)
         devices = _devices(jax, jaxcfg.platform)
     platform = devices[0].platform
+    local = [d for d in devices if d.process_index == jax.process_index()]
     expect = getattr(jaxcfg, 'expect_devices', 0)
-    if expect and len(devices) != expect:
+    if expect and len(local) != expect:
         raise PlatformError(
-            f'jax.expect_devices is {expect} but JAX found {len(devices)} '
+            f'jax.expect_devices is {expect} but JAX found {len(local)} '
             f'{platform} devices.')
     policy_mesh = str(getattr(jaxcfg, 'policy_mesh', meshlib.DEFAULT))
     train_mesh = str(getattr(jaxcfg, 'train_mesh', meshlib.DEFAULT))
+    # Device indices name this host's devices. The policy acts on its own
+    # host's; with several replicas the learner's mesh spans the devices
+    # each host names (one global mesh).
     policy = meshlib.choose_devices(
-        devices, _pick(devices, jaxcfg.policy_devices, 'jax.policy_devices'),
+        local, _pick(local, jaxcfg.policy_devices, 'jax.policy_devices'),
         policy_mesh, 'jax.policy_mesh')
-    train = meshlib.choose_devices(
-        devices, _pick(devices, jaxcfg.train_devices, 'jax.train_devices'),
-        train_mesh, 'jax.train_mesh')
+    if jax.process_count() > 1:
+        train = _train_devices_every_host(
+            jax, devices, jaxcfg.train_devices, train_mesh)
+    else:
+        train = meshlib.choose_devices(
+            devices, _pick(devices, jaxcfg.train_devices, 'jax.train_devices'),
+            train_mesh, 'jax.train_mesh')
     return Runtime(
         platform=platform,
         compute_dtype=_dtype(jax, jaxcfg.compute_dtype, platform),
@@ -167,6 +177,44 @@ def _pick(devices, indices, key):
     if not chosen:
         raise ValueError(f'{key} is empty; name at least one device.')
     return tuple(chosen)
+
+
+def _train_devices_every_host(jax, devices, indices, text):
+    """The train mesh's devices with several processes: on every host the
+    devices `indices` name there, and for a mesh of fixed sizes, as many
+    per host as its share of the mesh needs (named ones first)."""
+    import math
+    count = jax.process_count()
+    sizes = meshlib.parse(text, 'jax.train_mesh')
+    per_host = None
+    if -1 not in sizes:
+        need = math.prod(sizes)
+        if need % count:
+            raise meshlib.LayoutError(
+                f"jax.train_mesh '{text}' spans {need} devices, which do not "
+                f"split evenly over the {count} replicas' hosts.")
+        per_host = need // count
+    chosen = []
+    for process in range(count):
+        mine = [d for d in devices if d.process_index == process]
+        named = [mine[i] for i in _pick(mine, indices, 'jax.train_devices')]
+        if per_host is not None:
+            if per_host > len(mine):
+                raise meshlib.LayoutError(
+                    f"jax.train_mesh '{text}' needs {per_host} devices on "
+                    f"each of the {count} hosts, but a host has "
+                    f"{len(mine)}.")
+            named = (named + [d for d in mine if d not in named])[:per_host]
+        chosen += named
+    return tuple(chosen)
+
+
+def _distributed():
+    try:
+        from embodied.jax import distributed
+        return distributed.started()
+    except ImportError:
+        return False
 
 
 def _dtype(jax, name, platform):

@@ -30,8 +30,15 @@ class Loop:
         self.step = logger.step
         self.usage = elements.Usage(**args.usage)
         self.policy_fps = elements.FPS()
-        self.should_log = embodied.LocalClock(args.log_every)
-        self.should_save = embodied.LocalClock(args.save_every)
+        # Global clocks: with several replicas every one logs, saves and
+        # stops at the same round of env steps (their calls into the
+        # agent are collectives); with one, they are local clocks.
+        self.should_log = embodied.GlobalClock(args.log_every)
+        self.should_save = embodied.GlobalClock(args.save_every)
+        self.go_on = embodied.GlobalClock(-1)  # False once any replica stops.
+        # The run's env step counts every replica's steps; the replicas
+        # step alike, so it is this replica's step times their number.
+        self.replicas = max(1, int(args.get('replicas', 1)))
         self.start = None
         self.eta = None
         # Held from the loop through the final save, so that a repeated
@@ -54,7 +61,7 @@ class Loop:
         print(message)
         self.start = time.monotonic()
         self.eta = progress.Eta(
-            self.args.steps, self.args.duration, int(self.step))
+            self.args.steps, self.args.duration, self.run_step())
 
     def run(self, driver, policy, cp, episodes, replays=None, trainer=None,
             before=None):
@@ -71,19 +78,29 @@ class Loop:
                 if self.should_save(self.step):
                     cp.save(int(self.step))
 
+    def run_step(self):
+        """The run's env step: over all replicas."""
+        return int(self.step) * self.replicas
+
     def should_stop(self, signal):
         """True on a stop signal, at run.steps or after run.duration
-        (`stopping.stop_reason`), saying which limit was reached."""
+        (`stopping.stop_reason`), saying which limit was reached; with
+        several replicas, True on all of them once it is on any."""
         reason = stopping.stop_reason(
-            self.args, self.step, self.start, signal)
+            self.args, self.run_step(), self.start, signal)
         if reason and not signal.requested:
-            print(f'{reason} at step {int(self.step)}.')
-        return reason is not None
+            print(f'{reason} at step {self.run_step()}.')
+        if not self.go_on(skip=reason is not None):
+            if reason is None:
+                print(f'Another replica stopped the run at step '
+                      f'{self.run_step()}.', flush=True)
+            return True
+        return False
 
     def write_metrics(self, episodes, replays=None, trainer=None):
         """Prints progress and writes the periodic metrics: `episodes` maps
         prefixes to EpisodeStats, `replays` prefixes to replays."""
-        print(f'[Progress] {self.eta.line(self.step)}', flush=True)
+        print(f'[Progress] {self.eta.line(self.run_step())}', flush=True)
         logger = self.logger
         if trainer:
             logger.add(trainer.metrics())
@@ -100,10 +117,16 @@ class Loop:
         """The final save, metrics and summary line."""
         with self.stop:
             cp.save(int(self.step))
+            if self.replicas > 1:
+                agent = getattr(cp['agent'], 'agent', None)
+                if agent is not None:
+                    print(f'Replica {self.args.replica}: parameter digest '
+                          f'{saving.digest(agent.save())} after the final '
+                          f'save.', flush=True)
             if metrics:
                 self.logger.add(metrics)
             self.logger.write()
-        summary = self.eta.summary(self.step, stats.recent_score())
+        summary = self.eta.summary(self.run_step(), stats.recent_score())
         print(f'[Summary] {summary}', flush=True)
 
 
@@ -119,7 +142,8 @@ def restore(args, agent, logger, **replays):
         setattr(cp['replay'], name, replay)
     cp['logger'].step = step
     if args.from_checkpoint and saving.resume_tag(
-            args.logdir, report=False) is None:
+            args.logdir, report=False,
+            replica=saving.replica_of(args)) is None:
         saving.load_agent(
             agent, args.from_checkpoint, args.from_checkpoint_regex)
     tag = cp.load_or_save(0)

@@ -23,26 +23,55 @@ from embodied.core import checkpoint as cplib
 ROLES = ('agent', 'replay', 'logger')
 
 
-def directory(logdir, role):
+def directory(logdir, role, replica=None):
+    """The checkpoint folder of `role`; with several replicas (`replica`
+    given), replay and logger have one folder per replica,
+    `ckpt/<role>/<replica:05>`, and the agent's is shared."""
     assert role in ROLES, role
-    return elements.Path(logdir) / 'ckpt' / role
+    path = elements.Path(logdir) / 'ckpt' / role
+    if replica is not None and role != 'agent':
+        path = path / f'{int(replica):05}'
+    return path
+
+
+def replica_of(args):
+    """This replica's index when the run has several, else None."""
+    if int(args.get('replicas', 1)) > 1:
+        return int(args.get('replica', 0))
+    return None
+
+
+class SharedReader(cplib.Checkpoint):
+    """The agent's checkpoint on replicas other than 0: the parameters are
+    one set, written by replica 0 alone and loaded by every replica, so
+    this one loads from the shared folder and never writes, prunes or
+    moves saves there."""
+
+    def save(self, tag=None, keys=None):
+        return tag
+
+    def set_aside_newer(self, tag):
+        return []
 
 
 def role_checkpoint(args, role, **saveables):
     """The checkpoint of `role` in `args.logdir` holding `saveables`, keeping
     the newest `run.save_keep` saves."""
-    cp = cplib.Checkpoint(directory(args.logdir, role), args.save_keep)
+    replica = replica_of(args)
+    folder = directory(args.logdir, role, replica)
+    kind = SharedReader if role == 'agent' and replica else cplib.Checkpoint
+    cp = kind(folder, args.save_keep)
     for name, saveable in saveables.items():
         setattr(cp, name, saveable)
     return cp
 
 
-def resume(logdir, checkpoints):
+def resume(logdir, checkpoints, replica=None):
     """Loads each checkpoint from the resume tag of `logdir` and returns the
     tag, or None when there is nothing to resume. Saves newer than that tag
     (damaged, or written by some roles only) are set aside first, so the
     saves that follow are not pruned in their favour."""
-    tag = resume_tag(logdir)
+    tag = resume_tag(logdir, replica=replica)
     if tag is None:
         return None
     for cp in checkpoints:
@@ -57,6 +86,7 @@ class RunCheckpoint:
 
     def __init__(self, args):
         self.logdir = args.logdir
+        self.replica = replica_of(args)
         self.roles = {role: role_checkpoint(args, role) for role in ROLES}
 
     def __getitem__(self, role):
@@ -76,10 +106,26 @@ class RunCheckpoint:
     def load_or_save(self, tag=0):
         """Loads the newest common save and returns its tag, or saves `tag`
         and returns None when there is nothing to resume."""
-        latest = resume(self.logdir, self._used())
+        latest = resume(self.logdir, self._used(), self.replica)
         if latest is None:
             self.save(tag)
         return latest
+
+
+def digest(data):
+    """A short sha256 over the parameters of an agent save (`agent.save()`,
+    without the random streams' positions `rng/...`, which count each
+    replica's own policy calls), by name: replicas of one run print the
+    same digest when their parameters are bit-identical."""
+    import hashlib
+    import numpy as np
+    hasher = hashlib.sha256()
+    for key in sorted(k for k in data if not k.startswith('rng/')):
+        value = np.ascontiguousarray(np.asarray(data[key]))
+        hasher.update(key.encode())
+        hasher.update(str((value.dtype.str, value.shape)).encode())
+        hasher.update(value.tobytes())
+    return hasher.hexdigest()[:16]
 
 
 def agent_save_folder(path):
@@ -108,11 +154,37 @@ def load_agent(agent, path, regex=''):
             f'{type(e).__name__}: {e}') from e
 
 
-def resume_tag(logdir, report=True):
+def resume_tag(logdir, report=True, replica=None, agree=True):
     """The newest checkpoint tag complete and undamaged for agent, replay
-    and logger; with `report`, damaged saves skipped are printed."""
-    return cplib.latest_common([
-        cplib.Checkpoint(directory(logdir, role)) for role in ROLES], report)
+    and logger; with `report`, damaged saves skipped are printed. With
+    several replicas (`replica` given), the newest such tag that every
+    replica holds, agreed through the run's replicas where this process
+    joined them (`embodied.jax.distributed`) and `agree`."""
+    checkpoints = [
+        cplib.Checkpoint(directory(logdir, role, replica)) for role in ROLES]
+    if replica is None:
+        return cplib.latest_common(checkpoints, report)
+    tags = []
+    while True:
+        tag = cplib.latest_common(checkpoints, report and not tags)
+        if tag is None:
+            break
+        tags.append(tag)
+        checkpoints = [_Below(cp, tag) for cp in checkpoints]
+    if not agree:
+        return max(tags) if tags else None
+    from embodied.jax import distributed
+    return distributed.agree_tags(tags)
+
+
+class _Below:
+    """A checkpoint's view without the tags at or above `limit`."""
+
+    def __init__(self, cp, limit):
+        self.cp, self.limit, self.directory = cp, limit, cp.directory
+
+    def tags(self):
+        return [t for t in self.cp.tags() if t < self.limit]
 
 
 def rewind_outputs(logger, tag):
@@ -136,4 +208,4 @@ def resume_role(args, role, **saveables):
     checkpoint holding `saveables`, loaded from the resume tag when there
     is one (`tag` is None otherwise)."""
     cp = role_checkpoint(args, role, **saveables)
-    return cp, resume(args.logdir, [cp])
+    return cp, resume(args.logdir, [cp], replica_of(args))

@@ -21,7 +21,7 @@ def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
     loop = looplib.Loop(args, logger)
     step = loop.step
     stats = episodeslib.EpisodeStats(logger)
-    should_report = embodied.LocalClock(args.report_every)
+    should_report = embodied.GlobalClock(args.report_every)
     trainer = learning.RatioTrainer(agent, replay, make_stream, args, step)
     driver = loop.driver(
         make_env, range(args.envs), replay.add, stats.add, trainer.on_step)

@@ -57,6 +57,9 @@ def parallel_agent(make_agent, args):
         if learner.exitcode == 0 and not link.learner_stop.is_set():
             return 1  # The learner must only end when asked to.
         time.sleep(0.05)
+    if args.replicas > 1:
+        from embodied.jax import distributed
+        distributed.finish()  # No replica leaves before the others.
     return 0
 
 

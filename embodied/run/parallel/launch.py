@@ -119,7 +119,7 @@ def _credentials(args):
         return None
     secret = args.secret or os.environ.get(rpc.auth.ENV_VAR)
     if not secret:
-        if args.remote_envs or args.remote_replay:
+        if args.remote_envs or args.remote_replay or args.replicas > 1:
             secret = rpc.auth.secret_file(args.logdir)
         else:
             secret = rpc.auth.new_secret()
@@ -173,6 +173,7 @@ class _Launch:
         self.may_exit = ()  # Workers that may end with 0 (while stopping).
         self.progress = progress.Progress(args)
         self.step = 0  # The logger's step when last asked.
+        self.saved = 0  # The newest save tag the learners asked for.
 
     def run(self):
         args = self.args
@@ -338,12 +339,19 @@ class _Launch:
 
     def _loop(self, start, signal):
         args = self.args
-        should_save = embodied.GlobalClock(args.save_every)
+        # With several replicas the learners decide saves and stops alike
+        # on every replica (`_replica_events`); the launcher follows.
+        replicated = args.replicas > 1
+        should_save = embodied.LocalClock(args.save_every)
         should_log = embodied.LocalClock(args.log_every)
         should_save()
         should_log()
-        if saving.resume_tag(args.logdir, report=False) is None:
-            self._save()  # A first consistent save, as load_or_save would.
+        if saving.resume_tag(
+                args.logdir, report=False, replica=saving.replica_of(args),
+                agree=False) is None:
+            # A first consistent save, as load_or_save would (tag 0 on
+            # every replica).
+            self._save(tag=0 if replicated else None)
         while True:
             self._check()
             status = self._call('logger', 'status')
@@ -353,14 +361,39 @@ class _Launch:
                     time.monotonic() - start > args.connect_timeout):
                 raise rpc.Unreachable(roles.no_envs_message(
                     args, self._call('actor', 'status'), self.secret_origin))
-            reason = stopping.stop_reason(args, step, start, signal)
+            reason = stopping.stop_reason(
+                args, step * args.replicas, start, signal)
             if reason:
                 return reason
-            if should_save():
+            if replicated:
+                reason = self._replica_events()
+                if reason:
+                    return reason
+            elif should_save():
                 self._save()
             if should_log():
                 self._print_progress(step)
             signal.event.wait(0.2)
+
+    def _replica_events(self):
+        """With several replicas: saves under the tag the learners agreed
+        on, and the reason to stop when another replica stopped the run."""
+        status = self._call('actor', 'status')
+        if status.get('learner_replica_stop'):
+            return 'Another replica stopped the run'
+        request = int(status.get('learner_save_request', 0))
+        if request > self.saved:
+            self.saved = request
+            self._save(tag=request)
+        return None
+
+    def _tag(self):
+        """The tag of a save now: the logger's step, or with several
+        replicas the run's update count the learners share."""
+        if self.args.replicas > 1:
+            status = self._call('actor', 'status')
+            return int(status.get('learner_run_tag', 0))
+        return int(self._call('logger', 'status')['step'])
 
     def _quiesce(self, timeout):
         """Pauses the actor; True once everything it sent has arrived."""
@@ -372,8 +405,9 @@ class _Launch:
             time.sleep(0.02)
         return True
 
-    def _save(self, final=False):
-        """Saves agent, replay and logger under the current step."""
+    def _save(self, final=False, tag=None):
+        """Saves agent, replay and logger under the current step (or
+        `tag`)."""
         drained = self._quiesce(STOP_DRAIN if final else self.args.drain_timeout)
         if not drained:
             if not final:
@@ -382,7 +416,7 @@ class _Launch:
                 self._call('actor', 'resume')
                 return None
             print('Saving with transitions still in flight.', flush=True)
-        step = int(self._call('logger', 'status')['step'])
+        step = self._tag() if tag is None else int(tag)
         futures = [self.clients[role].call('save', step)
                    for role in ('replay', 'logger', 'actor')]
         for future in futures:

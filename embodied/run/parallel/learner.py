@@ -52,6 +52,15 @@ def parallel_learner(agent, barrier, args):
     cp, tag = saving.resume_role(args, 'agent', agent=agent)
     if tag is not None:
         print(f'Learner resumed the agent from the save at step {tag}.')
+    # With several replicas the learners agree (global clocks) on stopping,
+    # eval reports and saves; saves are tagged by the run's update count
+    # from the resumed tag on, which every replica shares.
+    replicated = int(args.get('replicas', 1)) > 1
+    go_on = embodied.GlobalClock(-1)
+    eval_ready = embodied.GlobalClock(-1)
+    should_save = embodied.GlobalClock(args.save_every) if replicated else None
+    if replicated:
+        link.count('run_tag', int(tag or 0))
     elif args.from_checkpoint:
         saving.load_agent(
             agent, args.from_checkpoint, args.from_checkpoint_regex)
@@ -103,16 +112,27 @@ def parallel_learner(agent, barrier, args):
         return agent.policy_lag() if hasattr(agent, 'policy_lag') else {}
 
     try:
-        while not stop.is_set():
+        while True:
             with elements.timer.section('batch_next'):
-                batch = next(stream_train, None)
-            if batch is None:
+                batch = None if stop.is_set() else next(stream_train, None)
+            if not go_on(skip=batch is None or stop.is_set()):
+                if replicated and batch is not None and not stop.is_set():
+                    print('Learner: another replica stopped the run.',
+                          flush=True)
+                    link.count('replica_stop')
+                    stop.set()
                 break
             start = time.monotonic()
             with elements.timer.section('train_step'), link.train_lock:
                 carry, outs, mets = agent.train(carry, batch)
             link.count('train_seconds', time.monotonic() - start)
             link.count('train_steps')
+            if replicated:
+                link.count('run_tag')
+                if should_save():
+                    tag = link.learner_stats()['run_tag']
+                    with link.learner_lock:
+                        link.learner['save_request'] = tag
             if pending:
                 finish_update(*pending)
             pending = (outs, mets)
@@ -123,7 +143,8 @@ def parallel_learner(agent, barrier, args):
                     metrics = evaluate(stream_report)
                     if metrics is not None:
                         logger.add(prefix(metrics, 'report'))
-                    if args.eval_envs and sources['eval'].ready_soon():
+                    if args.eval_envs and eval_ready(
+                            skip=not sources['eval'].ready_soon()):
                         metrics = evaluate(stream_eval)
                         if metrics is not None:
                             logger.add(prefix(metrics, 'eval'))
@@ -142,6 +163,12 @@ def parallel_learner(agent, barrier, args):
                 logger.add(stats)
         if pending:
             finish_update(*pending)
+        if replicated:
+            with link.train_lock:
+                print(f'Replica {args.replica}: parameter digest '
+                      f'{saving.digest(agent.save())} after '
+                      f'{link.learner_stats().get("train_steps", 0)} '
+                      f'updates.', flush=True)
         final = {**prefix(agg.result(), 'train'), **policy_lag()}
         if final:
             logger.add(final).result()

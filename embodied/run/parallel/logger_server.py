@@ -156,7 +156,9 @@ def parallel_logger(make_logger, args):
     role.checkpoint, tag = saving.resume_role(args, 'logger', step=role.step)
     if tag is not None:
         print(f'Logger resumed at step {int(role.step)}.', flush=True)
-    saving.rewind_outputs(logger, tag)
+    # The restored step (a save's tag is the step, except with several
+    # replicas, where it counts updates).
+    saving.rewind_outputs(logger, None if tag is None else int(role.step))
 
     done = threading.Event()
     server = wiring.server(args, 'logger', 'Logger')
