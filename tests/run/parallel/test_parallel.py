@@ -201,7 +201,9 @@ def test_remote_envs_and_replay_started_as_separate_commands(tmp_path, module):
     gets exactly the original's `args` keys (the keys we add default)."""
     logdir = tmp_path / 'run'
     actor, replay, logger = launch_ports(3)
-    flags = ('--run.steps', '300', '--run.envs', '2', '--run.eval_envs', '1',
+    # Long enough that the eval env command, which connects up to a second
+    # after the train envs (back-off), steps before the run ends.
+    flags = ('--run.steps', '2000', '--run.envs', '2', '--run.eval_envs', '1',
              '--run.envs_per_worker', '2',
              '--run.actor_addr', f'localhost:{actor}',
              '--run.replay_addr', f'localhost:{replay}',
@@ -217,9 +219,9 @@ def test_remote_envs_and_replay_started_as_separate_commands(tmp_path, module):
         run(*flags, '--replica', '2', script='parallel_env', name='eval_env'),
     ]
     outputs = finish_all(runs)
-    assert 'Reached run.steps (300)' in outputs[0]
+    assert 'Reached run.steps (2000)' in outputs[0]
     assert launch.latest_value(logdir, 'parallel_replay/eval_inserts') > 0
-    assert launch.saved_tags(logdir, 'replay')[-1] >= 300
+    assert launch.saved_tags(logdir, 'replay')[-1] >= 2000
 
 
 def test_actor_serves_original_one_env_requests_next_to_rows(tmp_path):
