@@ -52,6 +52,7 @@ import sys
 import tempfile
 
 from embodied.perf import original
+from embodied.perf.revisions import export
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
@@ -306,15 +307,6 @@ if sum(p.kind in kinds for p in params) < 5:
           f'positionally, which jax {jax.__version__} (installed) refuses; '
           f'it needs an older jax')
 '''
-
-
-def export(revision, path):
-    path.mkdir(parents=True)
-    archive = subprocess.run(
-        ['git', '-C', str(ROOT), 'archive', revision], check=True,
-        capture_output=True).stdout
-    subprocess.run(['tar', '-x', '-C', str(path)], input=archive, check=True)
-    return path
 
 
 def measure(setup, flags, args, scratch):

@@ -46,6 +46,8 @@ import time
 
 import psutil
 
+from embodied.perf.revisions import export
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 COMMON = ('--configs', 'debug', '--task', 'dummy_disc',
           '--run.eval_envs', '0', '--run.log_every', '5',
@@ -166,16 +168,6 @@ def plan(args):
             '--run.envs_per_worker', per_worker,
             '--run.actor_batch', max(1, envs // 2)), args.dreamer_seconds))
     return rows
-
-
-def export(revision, path):
-    """The tree of git `revision`, written to the folder `path`."""
-    path.mkdir(parents=True)
-    archive = subprocess.run(
-        ['git', '-C', str(ROOT), 'archive', revision], check=True,
-        capture_output=True).stdout
-    subprocess.run(['tar', '-x', '-C', str(path)], input=archive, check=True)
-    return path
 
 
 def measure_parallel(name, seconds, root, *flags):
