@@ -126,28 +126,18 @@ class Run:
         return [int(x) for x in match.groups()]
 
 
-class Command:
-    """A role's own command line (no `--script parallel` prefix) in its own
-    process group, with its CPU seconds and lines once it exited."""
+class Process:
+    """A command line in its own process group, its output in `logfile`;
+    once it exited, `code`, `cpu` (its CPU seconds with those of the
+    children it waited for) and `seconds` (from its start)."""
 
-    FLAGS = COMMON[2:]  # Without `--script parallel`.
-
-    def __init__(self, tmp, name, script, *flags, secret=None):
-        self.logfile = pathlib.Path(tmp) / f'{name}.log'
-        env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
-        env.pop('EMBODIED_SECRET', None)
-        if secret:
-            env['EMBODIED_SECRET'] = secret
-        env['PYTHONPATH'] = os.pathsep.join(
-            [str(ROOT), env.get('PYTHONPATH', '')])
-        self.argv = [sys.executable, '-m', 'embodied.main', '--script',
-                     script, *self.FLAGS, '--logdir', str(tmp / name),
-                     *map(str, flags)]
+    def __init__(self, argv, env, logfile):
+        self.argv, self.logfile = argv, pathlib.Path(logfile)
         self.start = time.monotonic()
         self.code = self.cpu = self.seconds = None
         with open(self.logfile, 'w') as f:
             self.proc = subprocess.Popen(
-                self.argv, cwd=ROOT, env=env, stdout=f,
+                argv, cwd=ROOT, env=env, stdout=f,
                 stderr=subprocess.STDOUT, start_new_session=True)
 
     def output(self):
@@ -167,6 +157,7 @@ class Command:
         return self.code
 
     def wait(self, timeout):
+        """The exit code, or 'timeout' (then the process group is killed)."""
         deadline = time.monotonic() + timeout
         while self.poll() is None:
             if time.monotonic() > deadline:
@@ -182,6 +173,24 @@ class Command:
             pass
         while self.poll() is None:
             time.sleep(0.05)
+
+
+class Command(Process):
+    """A role's own command line (no `--script parallel` prefix)."""
+
+    FLAGS = COMMON[2:]  # Without `--script parallel`.
+
+    def __init__(self, tmp, name, script, *flags, secret=None):
+        env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
+        env.pop('EMBODIED_SECRET', None)
+        if secret:
+            env['EMBODIED_SECRET'] = secret
+        env['PYTHONPATH'] = os.pathsep.join(
+            [str(ROOT), env.get('PYTHONPATH', '')])
+        argv = [sys.executable, '-m', 'embodied.main', '--script',
+                script, *self.FLAGS, '--logdir', str(tmp / name),
+                *map(str, flags)]
+        super().__init__(argv, env, pathlib.Path(tmp) / f'{name}.log')
 
     def summary(self, since=None):
         """Exit code, seconds to exit (from its start or from `since`),

@@ -3,10 +3,7 @@ backs off and ends by itself; the main run's last word names what went
 wrong and how to start a role. Two "hosts" are two commands with two
 logdirs on loopback."""
 
-import os
 import re
-import signal
-import subprocess
 import time
 
 import numpy as np
@@ -15,52 +12,32 @@ import pytest
 import launch
 from embodied import rpc
 from embodied.rpc import auth
+from embodied.perf import faults
 from embodied.run.parallel import roles
 from tests.run.parallel.test_parallel import COMMON
 
 ENVS = ('--run.envs', '1', '--run.eval_envs', '0', '--run.actor_batch', '1')
 
 
-class Command:
-    """A command in its own process group with a chosen EMBODIED_SECRET;
-    `wait` gives its exit code, and `cpu` its CPU seconds with those of the
-    children it waited for."""
+class Command(faults.Process):
+    """A command of the run with a chosen EMBODIED_SECRET; `wait` asserts
+    that it ends in time."""
 
     def __init__(self, logdir, script, *flags, secret=None):
         env = launch.env()
         env.pop(auth.ENV_VAR, None)
         if secret:
             env[auth.ENV_VAR] = secret
-        self.logfile = logdir.parent / f'{logdir.name}.log'
-        with open(self.logfile, 'w') as f:
-            self.proc = subprocess.Popen(
-                launch.command('--script', script, *COMMON, *flags,
-                               '--logdir', logdir),
-                cwd=launch.ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
-                start_new_session=True)
-        self.start = time.monotonic()
-        self.code = self.cpu = self.seconds = None
-
-    def output(self):
-        return self.logfile.read_text(errors='replace')
-
-    def poll(self):
-        if self.code is None:
-            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
-            if pid:
-                self.code = os.waitstatus_to_exitcode(status)
-                self.proc.returncode = self.code
-                self.cpu = usage.ru_utime + usage.ru_stime
-                self.seconds = time.monotonic() - self.start
-        return self.code
+        super().__init__(
+            launch.command('--script', script, *COMMON, *flags,
+                           '--logdir', logdir),
+            env, logdir.parent / f'{logdir.name}.log')
 
     def wait(self, timeout):
-        deadline = time.monotonic() + timeout
-        while self.poll() is None:
-            assert time.monotonic() < deadline, (
-                f'still running after {timeout} s:\n{self.output()[-3000:]}')
-            time.sleep(0.1)
-        return self.code
+        code = super().wait(timeout)
+        assert code != 'timeout', (
+            f'still running after {timeout} s:\n{self.output()[-3000:]}')
+        return code
 
     def wait_for(self, pattern, timeout=240):
         deadline = time.monotonic() + timeout
@@ -71,14 +48,6 @@ class Command:
             assert time.monotonic() < deadline, (
                 f'no {pattern!r} after {timeout} s:\n{self.output()[-3000:]}')
             time.sleep(0.1)
-
-    def kill(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        while self.poll() is None:
-            time.sleep(0.05)
 
 
 @pytest.fixture
