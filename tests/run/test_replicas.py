@@ -274,6 +274,19 @@ def test_two_replicas_parallel(tmp_path):
     assert codes == [0, 0], '\n\n'.join(o[-3000:] for o in outputs)
     assert digest(outputs[0]) == digest(outputs[1])
     assert (logdir / 'ckpt' / 'replay' / '00001').exists()
+    # The step written counts the env steps of both replicas: replica 0's
+    # own (final) plus replica 1's as the learners last exchanged them.
+    own = [final_own_step(logdir, replica) for replica in ('00000', '00001')]
+    written = max(row['step'] for row in launch.metrics(logdir))
+    assert own[0] < written <= own[0] + own[1], (written, own)
+
+
+def final_own_step(logdir, replica):
+    """A replica's own env step in its newest logger save."""
+    import pickle
+    tag = max(launch.saved_tags(logdir, f'logger/{replica}'))
+    path = logdir / 'ckpt' / 'logger' / replica / f'{tag:012d}' / 'step.pkl'
+    return int(pickle.loads(path.read_bytes()))
 
 
 def test_hosts_page_commands_give_each_replica_its_index(monkeypatch):
