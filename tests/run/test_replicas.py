@@ -66,6 +66,21 @@ def test_config_mismatch_is_refused_naming_the_key(tmp_path):
         assert "64" in output and 'replica 1' in output, output[-3000:]
 
 
+def test_train_mesh_that_splits_parameters_over_hosts_is_refused(tmp_path):
+    """f above 1 on a train mesh over two replicas would split the
+    parameters across hosts; both replicas refuse it, naming the key and
+    value and what fits."""
+    port = free_port()
+    procs = start(
+        tmp_path, tmp_path / 'run', port, '--jax.train_mesh', '1,4,1')
+    codes = finish(procs, timeout=300)
+    assert codes == [2, 2], codes
+    for proc in procs:
+        output = proc.output()
+        assert "jax.train_mesh is '1,4,1' (f=4, t=1)" in output, output[-3000:]
+        assert "jax.train_mesh '-1,1,1'" in output, output[-3000:]
+
+
 def test_unreachable_coordinator_is_named(tmp_path):
     port = free_port()
     begin = time.monotonic()
