@@ -11,7 +11,8 @@
                                 (and 'sample_batch_eval' with eval envs)
         every run.log_every: logger.add(train metrics)
                              (several replicas: exchange the replicas' env
-                              steps, logger.replica_steps; again at the end)
+                              steps, logger.replica_steps; also at the start
+                              and at the end)
 
 Batches arrive through `RemoteStream`s, prefetched; train batches through
 shared memory when the replay is on this machine (`rpc.slots`). Saves come
@@ -82,6 +83,8 @@ def parallel_learner(agent, barrier, args):
     updater = wiring.connect(
         args, 'replay', 'LearnerReplayUpdater', maxinflight=8)
     link.barrier.wait()
+    if replicated:
+        share_env_steps(logger)
 
     names = ('train', 'report', 'eval') if args.eval_envs else (
         'train', 'report')
