@@ -126,9 +126,13 @@ def test_two_replicas_train_one_agent_kill_and_resume(tmp_path):
     parameters and metrics written once for the run."""
     logdir = tmp_path / 'run'
     port = free_port()
+    # Compiled lazily (jax.precompile False): these runs train a few
+    # seconds and never report, so compiling report ahead would only cost
+    # (the parallel test below compiles ahead, as by default).
+    lazily = ('--jax.precompile', False)
     procs = start(
         tmp_path, logdir, port, '--run.steps', 1e6, '--run.save_every', 2,
-        name='kill')
+        *lazily, name='kill')
     try:
         # A save after the one at the start, so that the resume below
         # starts from a step other than 0.
@@ -153,7 +157,7 @@ def test_two_replicas_train_one_agent_kill_and_resume(tmp_path):
     steps = 2 * tag + 40
     port = free_port()
     procs = start(
-        tmp_path, logdir, port, '--run.steps', steps, name='resume')
+        tmp_path, logdir, port, '--run.steps', steps, *lazily, name='resume')
     codes = finish(procs)
     outputs = [proc.output() for proc in procs]
     assert codes == [0, 0], '\n\n'.join(o[-3000:] for o in outputs)
