@@ -62,7 +62,8 @@ host's. `init_train(n)`, `init_report(n)`, `train` and `report` take this
 host's n rows; the global batch is n times the number of replicas (each
 host's rows joined in replica order). `train` and `report` are collectives:
 every replica must call them equally often and in the same order; `save`
-and `load` are not, while the parameters are replicated.
+and `load` are not, as the parameters are replicated (a train mesh on
+which the partition rules would split them is refused).
 
 Thread contract. Tracing a ninjax function uses process-wide state (its name
 scope), so every trace in the process runs under one lock, `TRACE_LOCK`;
