@@ -296,9 +296,12 @@ def make_logger(config):
     step = elements.Counter()
     logdir = config.logdir
     suite = config.task.split('_', 1)[0]
-    # The step written counts the env steps of every replica (the replicas
-    # step alike); only replica 0 writes metrics files.
-    multiplier = config.env.get(suite, {}).get('repeat', 1) * config.replicas
+    # The step written counts the env steps of every replica; only replica
+    # 0 writes metrics files. In --script train the replicas step alike; in
+    # --script parallel the logger adds up the replicas' steps (RunStep).
+    multiplier = config.env.get(suite, {}).get('repeat', 1)
+    if config.script == 'train':
+        multiplier *= config.replicas
     outputs = [elements.logger.TerminalOutput(config.logger.filter, 'Agent')]
     for output in (config.logger.outputs if config.replica == 0 else ()):
         if output == 'jsonl':

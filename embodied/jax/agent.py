@@ -62,7 +62,8 @@ host's. `init_train(n)`, `init_report(n)`, `train` and `report` take this
 host's n rows; the global batch is n times the number of replicas (each
 host's rows joined in replica order). `train` and `report` are collectives:
 every replica must call them equally often and in the same order; `save`
-and `load` are not, while the parameters are replicated.
+and `load` are not, as the parameters are replicated (a train mesh on
+which the partition rules would split them is refused).
 
 Thread contract. Tracing a ninjax function uses process-wide state (its name
 scope), so every trace in the process runs under one lock, `TRACE_LOCK`;
@@ -437,6 +438,25 @@ class Agent(embodied.Agent):
         rules = getattr(model, 'partition_rules', None) or ((), ())
         self._param_rules, self._activation_rules = (
             list(rules[0]), list(rules[1]))
+        self._check_replicated_params()
+
+    def _check_replicated_params(self):
+        """With several replicas, refuses a train mesh on which the model's
+        partition rules would split the parameters (f or t above 1): each
+        replica's policy copies them to its own devices, and replica 0
+        alone saves them, so every host must hold all of them."""
+        layout = self._train_layout
+        if jax.process_count() == 1 or not self._param_rules:
+            return
+        if layout.shape['f'] == 1 and layout.shape['t'] == 1:
+            return
+        raise meshlib.LayoutError(
+            f"{layout.key} is '{layout.text}' (f={layout.shape['f']}, "
+            f"t={layout.shape['t']}), on which the model's partition rules "
+            f"split the parameters; with {jax.process_count()} replicas "
+            f"every host must hold all parameters (its policy acts on its "
+            f"own copy and replica 0 alone saves them). Split the batch "
+            f"only: f and t of 1, e.g. {layout.key} '{meshlib.DEFAULT}'.")
 
     def _jit(self, fn, policy=False, **kwargs):
         """`fn` jitted, its traces under `TRACE_LOCK` with the activation
@@ -652,12 +672,12 @@ class Agent(embodied.Agent):
         if jax.process_count() == 1:
             return params
         split = [k for k, v in params.items() if not v.is_fully_replicated]
-        if split:
-            raise ValueError(
-                f'With several replicas the policy parameters must be '
-                f'replicated on the train mesh, but {", ".join(split[:3])} '
-                f'are split by the partition rules (jax.train_mesh with f or '
-                f't > 1 over hosts).')
+        if split:  # Refused when the agent is built; see above.
+            raise meshlib.LayoutError(
+                f"With several replicas the policy parameters must be "
+                f"replicated on the train mesh ({self._train_layout.key} "
+                f"'{self._train_layout.text}'), but {', '.join(split[:3])} "
+                f"are split by the partition rules.")
         return {k: fetch.host_local(v) for k, v in params.items()}
 
     # Internals

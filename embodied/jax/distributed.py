@@ -257,6 +257,29 @@ def agree_tags(tags):
     return max(common) if common else None
 
 
+def exchange(name, value):
+    """Every replica's `value` (JSON), as a list indexed by replica; the
+    same list on every replica. Every replica must call it with `name`
+    equally often (at points they reach in lockstep, such as a
+    `GlobalClock`'s decision). Without joined replicas, `[value]`."""
+    if not started():
+        return [value]
+    with _lock:
+        rounds = _state.setdefault('exchanges', {})
+        n = rounds[name] = rounds.get(name, 0) + 1
+    me, client = replica(), _client()
+    prefix = f'embodied/exchange/{name}'
+    client.key_value_set(f'{prefix}/{n}/{me}', json.dumps(value))
+    values = [json.loads(_get(f'{prefix}/{n}/{other}', other, name))
+              for other in range(replicas())]
+    if n >= 3 and me == 0:  # Every replica has read round n - 2 by now.
+        try:
+            client.key_value_delete(f'{prefix}/{n - 2}/')
+        except Exception:
+            pass
+    return values
+
+
 def check_shared_logdir(logdir):
     """Raises ReplicaError when the replicas do not see one logdir: replica
     0 writes a file with a nonce there and every replica must read it."""

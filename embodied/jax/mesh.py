@@ -128,11 +128,13 @@ def check_batch(batch_size, data_size, key, text, what):
             f"or a mesh whose d * f divides {batch_size}.")
 
 
-def check_config(jaxcfg, batch_size):
+def check_config(jaxcfg, batch_size, replicas=1):
     """Raises LayoutError for mesh strings that cannot parse and, where the
     device count is known before JAX starts (`jax.mock_devices`), for meshes
     that do not fit it and a `batch_size` that does not divide over the
-    train mesh's data axes. The agent checks the rest when it is built."""
+    train mesh's data axes. With several `replicas` the train mesh spans
+    every host's devices and batch (a fixed-size mesh takes an equal share
+    of each host's). The agent checks the rest when it is built."""
     texts = {
         key: str(jaxcfg.get(key.split('.')[1], DEFAULT))
         for key in ('jax.train_mesh', 'jax.policy_mesh')}
@@ -146,12 +148,35 @@ def check_config(jaxcfg, batch_size):
             ('jax.train_mesh', jaxcfg.get('train_devices', [0])),
             ('jax.policy_mesh', jaxcfg.get('policy_devices', [0]))):
         indices = [i for i in indices if 0 <= int(i) < count]
-        chosen = choose_devices(devices, indices, texts[key], key)
-        sizes = fit(texts[key], len(chosen), key)
+        if key == 'jax.train_mesh' and replicas > 1:
+            sizes = _fit_over_hosts(
+                texts[key], len(set(indices)) or 1, count, replicas, key)
+        else:
+            chosen = choose_devices(devices, indices, texts[key], key)
+            sizes = fit(texts[key], len(chosen), key)
         if key == 'jax.train_mesh':
             check_batch(
-                int(batch_size), sizes[0] * sizes[1], key, texts[key],
+                int(batch_size) * replicas, sizes[0] * sizes[1], key,
+                texts[key], 'batch_size x replicas' if replicas > 1 else
                 'batch_size')
+
+
+def _fit_over_hosts(text, chosen, count, replicas, key):
+    """The sizes of a train mesh over `replicas` hosts of `count` devices
+    each, `chosen` of them named: a mesh with -1 spans the named devices of
+    every host; a fixed one needs an equal share of every host's."""
+    sizes = parse(text, key)
+    if -1 in sizes:
+        return fit(text, chosen * replicas, key)
+    need = 1
+    for size in sizes:
+        need *= size
+    if need % replicas or need // replicas > count:
+        raise LayoutError(
+            f"{key} '{text}' spans {need} devices, which do not split "
+            f"evenly over the {replicas} replicas' hosts of {count} "
+            f"devices each (jax.mock_devices).")
+    return sizes
 
 
 def _fitting(count):

@@ -64,7 +64,9 @@ def worker(argv):
         '--batch_size', str(local), '--batch_length', '8',
         '--report_length', '4', '--run.envs', '2', '--run.eval_envs', '0',
         '--jax.mock_devices', str(devices), '--jax.train_devices',
-        *[str(i) for i in range(devices)]]
+        *[str(i) for i in range(devices)],
+        # Only train runs here: it compiles at the first update.
+        '--jax.precompile', 'False']
     if replicas > 1:
         flags += [
             '--replica', str(replica), '--replicas', str(replicas),

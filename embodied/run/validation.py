@@ -162,7 +162,8 @@ def _mesh_problems(config):
         return []
     from embodied.jax import mesh  # Imports JAX (does not start it).
     try:
-        mesh.check_config(jaxcfg, config.batch_size)
+        mesh.check_config(
+            jaxcfg, config.batch_size, int(config.get('replicas', 1) or 1))
     except BadValue as e:
         return e.problems
     return []

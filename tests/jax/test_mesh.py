@@ -24,6 +24,20 @@ LAYOUTS = ('8,1,1', '2,4,1', '2,2,2', '1,4,2')
 # Mesh strings
 
 
+def test_check_config_counts_the_devices_of_every_replica():
+    """With replicas the train mesh spans each host's train devices (a
+    fixed-size mesh an equal share of each host's) and the batch of all."""
+    jaxcfg = dict(mock_devices=2, train_devices=[0, 1], train_mesh='1,4,1')
+    meshlib.check_config(jaxcfg, 2, replicas=2)
+    meshlib.check_config({**jaxcfg, 'train_mesh': '-1,1,1'}, 2, replicas=2)
+    with pytest.raises(meshlib.LayoutError, match='needs 4 devices'):
+        meshlib.check_config(jaxcfg, 2)  # One host has 2.
+    with pytest.raises(meshlib.LayoutError, match='do not split evenly'):
+        meshlib.check_config({**jaxcfg, 'train_mesh': '1,6,1'}, 2, replicas=2)
+    with pytest.raises(meshlib.LayoutError, match='batch_size x replicas 2'):
+        meshlib.check_config({**jaxcfg, 'train_mesh': '-1,1,1'}, 1, replicas=2)
+
+
 @pytest.mark.parametrize('text, count, sizes', [
     ('-1,1,1', 8, (8, 1, 1)), ('2,-1,2', 8, (2, 2, 2)),
     ('1,-1,1', 4, (1, 4, 1)), ('2,2,2', 8, (2, 2, 2))])

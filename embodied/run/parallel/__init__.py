@@ -41,6 +41,8 @@ Who serves each RPC method (one server per process, at its address):
                       add                             LoggerRole      learner,
                                                                       replay
                       abandon status save             LoggerRole      launcher
+                      replica_steps                   LoggerRole      learner
+                                                                      (replicas)
                       shutdown                        parallel_logger launcher
 
 Which thread of the agent process calls each agent method:

@@ -355,14 +355,15 @@ class _Launch:
         while True:
             self._check()
             status = self._call('logger', 'status')
-            step = self.step = int(status['step'])
+            self.step = int(status['step'])
+            # The run's step: with several replicas, over all of them.
+            step = int(status['run_step'])
             self.progress.observe(step)
             if args.remote_envs and not status['env_steps'] and (
                     time.monotonic() - start > args.connect_timeout):
                 raise rpc.Unreachable(roles.no_envs_message(
                     args, self._call('actor', 'status'), self.secret_origin))
-            reason = stopping.stop_reason(
-                args, step * args.replicas, start, signal)
+            reason = stopping.stop_reason(args, step, start, signal)
             if reason:
                 return reason
             if replicated:
@@ -432,7 +433,7 @@ class _Launch:
         """Drains, saves and ends every worker in order. With `failed`, an
         env worker already failed: the run still saves, and then fails."""
         self.envs.stopping()  # A crash from here on needs no restart.
-        step = int(self._call('logger', 'status')['step'])
+        step = int(self._call('logger', 'status')['run_step'])
         print(f'{reason} at step {step}: saving and stopping.', flush=True)
         # Drain while the learner still samples, so limiter waits end.
         self._quiesce(STOP_DRAIN)

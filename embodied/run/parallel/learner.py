@@ -10,6 +10,9 @@
         every run.report_every: agent.report on 'sample_batch_report'
                                 (and 'sample_batch_eval' with eval envs)
         every run.log_every: logger.add(train metrics)
+                             (several replicas: exchange the replicas' env
+                              steps, logger.replica_steps; also at the start
+                              and at the end)
 
 Batches arrive through `RemoteStream`s, prefetched; train batches through
 shared memory when the replay is on this machine (`rpc.slots`). Saves come
@@ -17,7 +20,8 @@ from the launcher through the agent's control (`AgentControl.save`, on a
 server thread), under `link.train_lock`.
 
 RPC methods called: replay `sample_batch_train`, `sample_batch_report`,
-`sample_batch_eval`, `update`; logger `add`.
+`sample_batch_eval`, `update`; logger `add` (several replicas:
+`replica_steps`).
 """
 
 import collections
@@ -34,6 +38,15 @@ from embodied.run import wiring
 from embodied.run.parallel import remote_stream
 from embodied.run.parallel.link import link_of
 from embodied.run.wiring import prefix
+
+
+def share_env_steps(logger):
+    """With several replicas: every replica's env step, exchanged among the
+    learners (they log in lockstep), goes to this replica's logger, which
+    counts the run's step as the sum."""
+    from embodied.jax import distributed
+    own = int(logger.replica_steps(None).result())
+    logger.replica_steps(distributed.exchange('env_steps', own)).result()
 
 
 @elements.timer.section('learner')
@@ -70,6 +83,8 @@ def parallel_learner(agent, barrier, args):
     updater = wiring.connect(
         args, 'replay', 'LearnerReplayUpdater', maxinflight=8)
     link.barrier.wait()
+    if replicated:
+        share_env_steps(logger)
 
     names = ('train', 'report', 'eval') if args.eval_envs else (
         'train', 'report')
@@ -161,9 +176,12 @@ def parallel_learner(agent, barrier, args):
                     stats.update(prefix(
                         stream.client.stats(), f'client/{source}'))
                 logger.add(stats)
+                if replicated:
+                    share_env_steps(logger)
         if pending:
             finish_update(*pending)
         if replicated:
+            share_env_steps(logger)  # All left the loop at the same call.
             with link.train_lock:
                 print(f'Replica {args.replica}: parameter digest '
                       f'{saving.digest(agent.save())} after '

@@ -4,12 +4,15 @@
     tran(transitions)   step += train rows; episode statistics per env
     add(metrics)        from the learner and the replay
     abandon(envids)     drops the unfinished episodes of a crashed worker
+    replica_steps(steps) every replica's env step (several replicas): the
+                        step written is their sum; returns this replica's
     every run.log_every: write aggregated metrics (jsonl, terminal, ...)
 
 The step is the number of train env steps; the launcher reads it (`status`)
 to decide `run.steps` and to tag every save.
 
-RPC methods served: `tran`, `add`, `abandon`, `status`, `save`, `shutdown`.
+RPC methods served: `tran`, `add`, `abandon`, `status`, `save`,
+`replica_steps`, `shutdown`.
 """
 
 import collections
@@ -42,6 +45,11 @@ class LoggerRole:
     def __init__(self, logger, args):
         self.logger = logger
         self.step = logger.step
+        # The step written: with several replicas, the run's (`RunStep`).
+        self.run_step = self.step
+        if int(args.get('replicas', 1)) > 1:
+            self.run_step = logger.step = RunStep(
+                self.step, int(args.replica), int(args.replicas))
         self.episode_timeout = args.episode_timeout
         self.checkpoint = None
         self.lock = threading.Lock()
@@ -101,8 +109,19 @@ class LoggerRole:
     def status(self):
         with self.lock:  # `tran` adds scores meanwhile.
             score = self.episodes[False].recent_score()
-        return {'step': int(self.step), 'env_steps': self.counts['env_steps'],
-                'score': score}
+            run_step = int(self.run_step)
+        return {'step': int(self.step), 'run_step': run_step,
+                'env_steps': self.counts['env_steps'], 'score': score}
+
+    def replica_steps(self, steps=None):
+        """Records every replica's env step (a list by replica, as the
+        learners exchanged them; the run's step counts the other replicas'
+        from now on) and returns this replica's own step. With None, only
+        returns it."""
+        with self.lock:
+            if steps is not None:
+                self.run_step.update(steps)
+            return int(self.step)
 
     def save(self, tag):
         with self.lock:
@@ -144,6 +163,33 @@ class LoggerRole:
                 del self.updated[envid]
 
 
+class RunStep:
+    """The run's env step with several replicas: this replica's own step
+    (`own`, live) plus the other replicas' steps as their learners last
+    exchanged them (`update`); before the first exchange, the own step
+    times the replicas. Stands for the logger's step."""
+
+    def __init__(self, own, replica, replicas):
+        self.own, self.replica, self.replicas = own, replica, replicas
+        self.others = None
+
+    def update(self, steps):
+        if len(steps) != self.replicas:
+            raise ValueError(
+                f'Expected the env steps of {self.replicas} replicas, got '
+                f'{len(steps)}.')
+        self.others = sum(
+            int(s) for i, s in enumerate(steps) if i != self.replica)
+
+    def __int__(self):
+        own = int(self.own)
+        return own * self.replicas if self.others is None else (
+            own + self.others)
+
+    def __repr__(self):
+        return f'RunStep({int(self)})'
+
+
 # The process: the role behind a server on run.logger_addr.
 
 @elements.timer.section('logger')
@@ -158,11 +204,13 @@ def parallel_logger(make_logger, args):
         print(f'Logger resumed at step {int(role.step)}.', flush=True)
     # The restored step (a save's tag is the step, except with several
     # replicas, where it counts updates).
-    saving.rewind_outputs(logger, None if tag is None else int(role.step))
+    saving.rewind_outputs(
+        logger, None if tag is None else int(role.run_step))
 
     done = threading.Event()
     server = wiring.server(args, 'logger', 'Logger')
-    for name in ('add', 'tran', 'abandon', 'status', 'save'):
+    for name in ('add', 'tran', 'abandon', 'status', 'save',
+                 'replica_steps'):
         server.bind(name, getattr(role, name))
     server.bind('shutdown', done.set)
     server.start()

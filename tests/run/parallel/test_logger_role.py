@@ -98,3 +98,30 @@ def test_save_under_the_lock():
     role, _ = make_role()
     role.checkpoint = helpers.LockedCheckpoint(role.lock)
     assert role.save(12.0) == 12 and role.checkpoint.saved == [12]
+
+
+def test_several_replicas_write_the_sum_of_their_env_steps():
+    """With several replicas the step written and the run's step in
+    `status` are this replica's env steps plus the other replicas' as the
+    learners last exchanged them (`replica_steps`); before the first
+    exchange, this replica's steps times the replicas."""
+    steps = []
+    logger = elements.Logger(
+        elements.Counter(), [lambda rows: steps.extend(s for s, _, _ in rows)])
+    args = arguments.with_defaults(dict(
+        logdir='/tmp/unused', replica=0, replicas=3))
+    role = LoggerRole(logger, args)
+    role.tran(trans([0, 1], [0, 0], [1, 1], [0, 0]))
+    assert role.status()['step'] == 2
+    assert role.status()['run_step'] == 6
+    assert role.replica_steps() == 2
+    assert role.replica_steps([2, 7, 1]) == 2
+    role.tran(trans([0, 1], [0, 0], [0, 0], [0, 0]))  # Counted at once.
+    assert role.status()['step'] == 4
+    assert role.status()['run_step'] == 4 + 7 + 1
+    role.write()
+    assert steps and set(steps) == {12}
+    # Its own step (the one saved and resumed) stays its own.
+    assert int(role.step) == 4
+    with pytest.raises(ValueError, match='3 replicas'):
+        role.replica_steps([1, 2])
