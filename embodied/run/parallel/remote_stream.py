@@ -10,6 +10,19 @@ from embodied import rpc
 from embodied.run import wiring
 
 
+RING_BYTES = 32 << 20
+MAX_PER_REQUEST = 8
+
+
+def batches_per_request(slot_bytes, prefetch):
+    """How many batches of `slot_bytes` one request asks for: as many as
+    keep the ring (`prefetch` requests in flight plus one held) within
+    `RING_BYTES`, between 1 and `MAX_PER_REQUEST`. Small batches share a
+    round trip; large ones do not fill /dev/shm."""
+    fit = RING_BYTES // (slot_bytes * prefetch) - 1
+    return max(1, min(MAX_PER_REQUEST, fit))
+
+
 class RemoteStream:
     """Batches from the replay's `sample_batch_<source>`, requested
     `prefetch` ahead from the start. Ends (StopIteration) when `stop` is set
@@ -19,12 +32,7 @@ class RemoteStream:
     With `shared`, once the first batch has shown the layout, batches come
     through a ring of shared-memory slots (`rpc.slots`) instead of the socket
     when the replay is on this machine, `per_request` batches a round trip
-    (by default as many as keep the ring within `RING_BYTES`, at most
-    `MAX_PER_REQUEST`: small batches share a round trip, large ones do not
-    fill /dev/shm)."""
-
-    RING_BYTES = 32 << 20
-    MAX_PER_REQUEST = 8
+    (by default `batches_per_request` of the batch size)."""
 
     def __init__(self, args, source, stop, count, prefetch=4,
                  shared=False, per_request=None):
@@ -113,9 +121,8 @@ class RemoteStream:
         layout = rpc.slots.layout_of(data)
         self.per_request = self.asked_per_request or 1
         if layout and not self.asked_per_request:
-            fit = self.RING_BYTES // (
-                rpc.slots.slot_bytes(layout) * self.prefetch) - 1
-            self.per_request = max(1, min(self.MAX_PER_REQUEST, fit))
+            self.per_request = batches_per_request(
+                rpc.slots.slot_bytes(layout), self.prefetch)
         # The batches in flight, and room for those received and held.
         slots = (self.per_request + 1) * self.prefetch
         self.ring, problem = rpc.slots.SlotRing.create(layout, slots)
