@@ -267,7 +267,7 @@ def test_save_under_the_lock(tmp_path):
 
 def test_batches_per_request_keep_the_slot_ring_small():
     from embodied.run.parallel import remote_stream as rs
-    debug_batch = 1_196_160  # 8 x 12 steps of the dummy env's obs, 2026-11.
+    debug_batch = 1_196_160  # 8 x 12 steps of the dummy env's obs.
     per_request = rs.batches_per_request(debug_batch, prefetch=4)
     assert 1 < per_request <= rs.MAX_PER_REQUEST
     assert (per_request + 1) * 4 * debug_batch <= rs.RING_BYTES
