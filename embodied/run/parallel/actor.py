@@ -137,8 +137,9 @@ class ActorRole:
             return False  # `send` is sending (or waits for room).
         try:
             if self.outbox and (force or not self._replay_busy()):
-                with self.inflight_lock:
-                    room = len(self.inflight) < self.backlog
+                with self.inflight_lock:  # Arrived ones count as gone.
+                    room = sum(not f.done() for f in self.inflight) < (
+                        self.backlog)
                 if room:
                     self._send_outbox()
             return not self.outbox

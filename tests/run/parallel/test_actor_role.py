@@ -191,3 +191,20 @@ def test_an_error_of_the_replay_surfaces_in_the_actor():
     replay.pending[0].set_error(ValueError('bad key'))
     with pytest.raises(ValueError, match='bad key'):
         actor.settle()
+
+
+def test_flush_counts_sends_that_arrived_as_gone():
+    """While the actor is paused nothing settles the sends that arrived:
+    `drained`'s flush must still find room for what is held."""
+    replay = Client(hold=True)
+    actor, _, _ = make_actor(replay=replay, actor_threads=1)  # Backlog 8.
+    for counts in ([0, 0], [1, 1]):
+        _, trans = actor.act(obs([1, 2], counts))
+        actor.send(trans)  # The second is held: the replay is busy.
+    assert len(replay.calls) == 1
+    replay.pending[0].set_result({})
+    actor.inflight.extend([replay.pending[0]] * 8)  # Arrived, not settled.
+    assert actor.flush()
+    assert replay.calls[-1][1]['count'].tolist() == [1, 1]
+    replay.pending[-1].set_result({})
+    assert actor.settle()
