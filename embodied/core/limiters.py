@@ -57,7 +57,8 @@ def wait(predicate, message, info=None, report_every=30.0, release=None,
     if predicate():
         return 0.0
     start = last_report = time.monotonic()
-    sleep = _FIRST_SLEEP
+    # Notified waits wake when notified: their polls are a fallback only.
+    sleep = _FIRST_SLEEP if changed is None else _LONGEST_NOTIFIED_SLEEP
     while True:
         if release is not None and release.is_set():
             waited = time.monotonic() - start

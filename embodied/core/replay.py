@@ -239,7 +239,9 @@ class Replay:
         self._next_itemid += 1
         self._items[itemid] = (uuid, index)
         self._fifo.append(itemid)
-        self._selector[itemid] = self._read(uuid, index, 'stepid')
+        self._selector[itemid] = (
+            self._read(uuid, index, 'stepid')
+            if getattr(self._selector, 'uses_stepids', True) else None)
         self._metrics['inserts'] += 1
         return itemid
 

@@ -3,7 +3,8 @@
 Every selector is a collection of item keys that the replay keeps in sync with
 its items::
 
-    selector[key] = stepids   # a new item; stepids: (length, idbytes) uint8
+    selector[key] = stepids   # a new item; stepids: (length, idbytes) uint8,
+                              # None where `selector.uses_stepids` is False
     del selector[key]         # the item was evicted
     key = selector()          # draw a key (IndexError when empty)
     len(selector)             # number of keys
@@ -24,6 +25,11 @@ from . import sumtree
 
 class _Keyed:
     """What the selectors below share: their item keys in `self._keys`."""
+
+    # Whether `selector[key] = stepids` reads the step ids. A replay reads
+    # them out of its chunks only for a selector that does (one not derived
+    # from here gets them always).
+    uses_stepids = False
 
     def __len__(self):
         return len(self._keys)
@@ -143,6 +149,8 @@ class Prioritized(_Keyed):
     Sampling takes O(branching * log n) through a sum tree; an update
     recomputes the weights of the items that share the updated steps.
     """
+
+    uses_stepids = True
 
     def __init__(
             self, exponent=1.0, initial=1.0, zero_on_sample=False,
@@ -312,6 +320,8 @@ class Mixture:
         names = sorted(k for k, v in fractions.items() if v > 0)
         self.names = names
         self._selectors = [selectors[k] for k in names]
+        self.uses_stepids = any(
+            getattr(s, 'uses_stepids', True) for s in self._selectors)
         probs = np.array([fractions[k] for k in names], np.float64)
         self._probs = probs / probs.sum()
         self._rng = np.random.default_rng(seed)

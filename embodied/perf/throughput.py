@@ -19,13 +19,17 @@ Columns: env steps/s and train steps/s after the first env step, mean policy
 batch latency (first request of a batch waiting to the reply), CPU seconds of
 the whole process tree per env step, and seconds from launch to the first env
 step. Each run is a command in its own logdir, stopped by `run.duration`.
+The env steps/s of the summary count the seconds of the final save and
+stop too; parallel rows also give the steady env steps/s, from the first
+progress line to the stop decision (read off the output as it comes).
 
 Side by side with a git revision (`--old REV`, e.g. `--old ebfdc8b`): the
 revision's tree is exported to a temporary folder and every row runs there
 and here, one after the other, in `--rounds` rounds (the order alternates
 from round to round, so that other load hits both alike). Each round prints
 its figures; the table gives per row the figures of every round and the
-ratio of the medians (working tree / REV), and a second table the CPU per
+ratio of the medians (working tree / REV; the steady env steps/s at the
+end of each row), and a second table the CPU per
 env step of each process of the parallel runs (launcher, agent, replay,
 logger, env workers; named by the pids the launcher prints):
 
@@ -42,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import psutil
@@ -172,7 +177,7 @@ def plan(args):
 
 def measure_parallel(name, seconds, root, *flags):
     with tempfile.TemporaryDirectory() as tmp:
-        output, used, pid = launch(
+        output, used, pid, lines = launch(
             root, 'embodied.run.parallel', seconds, '--script', 'parallel',
             '--logdir', os.path.join(tmp, 'run'), *flags)
     cpu = sum(used.values())
@@ -188,14 +193,35 @@ def measure_parallel(name, seconds, root, *flags):
         latency_ms=float(values['policy_batch_ms']),
         cpu_per_step=cpu / max(1.0, steps),
         first_step=float(values['first_step_s']),
+        steady_fps=steady_fps(lines),
         roles={role: seconds / max(1.0, steps)
                for role, seconds in by_role(output, used, pid).items()})
+
+
+def steady_fps(lines):
+    """Env steps/s from the first `[Progress] step N/` line to the `at step
+    N: saving and stopping.` line, timed by when each line arrived: the
+    stepping alone, without start-up, final save and stop. NaN when the
+    output has not both."""
+    start = stop = None
+    for when, line in lines:
+        if start is None:
+            match = re.search(r'\[Progress\] step (\d+)/', line)
+            if match:
+                start = (when, int(match.group(1)))
+        match = re.search(r' at step (\d+): saving and stopping', line)
+        if match:
+            stop = (when, int(match.group(1)))
+            break
+    if not (start and stop) or stop[0] - start[0] < 1.0:
+        return float('nan')
+    return (stop[1] - start[1]) / (stop[0] - start[0])
 
 
 def measure_train(name, seconds, root, *flags):
     with tempfile.TemporaryDirectory() as tmp:
         logdir = os.path.join(tmp, 'run')
-        output, used, _ = launch(
+        output, used, _, _ = launch(
             root, 'embodied.main', seconds, '--script', 'train',
             '--logdir', logdir, '--run.log_every', '2', *flags)
         cpu = sum(used.values())
@@ -220,24 +246,28 @@ MEASURE = {'parallel': measure_parallel, 'train': measure_train}
 def launch(root, module, seconds, *flags):
     """Runs a command of the tree at `root` for `seconds` of run.duration;
     returns its output, the CPU seconds of each process of its tree
-    ({pid: seconds}) and the pid of its first process."""
+    ({pid: seconds}), the pid of its first process and its output lines
+    with the `time.monotonic()` each arrived at."""
     flags = [str(x) for x in (*COMMON, '--run.steps', '1e9',
                               '--run.duration', seconds, *flags)]
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'JAX_PLATFORMS': 'cpu',
            'PYTHONPATH': str(root) + os.pathsep + os.environ.get(
                'PYTHONPATH', '')}
-    with tempfile.TemporaryFile('w+') as log:
-        proc = subprocess.Popen(
-            [sys.executable, '-m', module, *flags], cwd=root, env=env,
-            stdout=log, stderr=subprocess.STDOUT)
-        used = track_cpu(proc, timeout=seconds + 180)
-        log.seek(0)
-        output = log.read()
+    proc = subprocess.Popen(
+        [sys.executable, '-m', module, *flags], cwd=root, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(
+        (time.monotonic(), line) for line in proc.stdout), daemon=True)
+    reader.start()
+    used = track_cpu(proc, timeout=seconds + 180)
+    reader.join(10)
+    output = ''.join(line for _, line in lines)
     if proc.returncode != 0:
         raise RuntimeError(
             f'{module} in {root} exited with {proc.returncode}:\n'
             f'{output[-3000:]}')
-    return output, used, proc.pid
+    return output, used, proc.pid, lines
 
 
 ROLES = ('launcher', 'agent', 'replay', 'logger', 'env workers', 'other')
@@ -301,17 +331,19 @@ def mean(values):
 
 
 HEADER = ('| runner | setting | env steps/s | train steps/s | '
-          'policy batch ms | CPU ms/env step | launch→first step s |')
+          'policy batch ms | CPU ms/env step | launch→first step s | '
+          'steady env steps/s |')
 
 
 def format_row(row):
     return (f"| {row['runner']} | {row['name']} | {row['env_fps']:.0f} | "
             f"{row['train_fps']:.1f} | {row['latency_ms']:.2f} | "
-            f"{1000 * row['cpu_per_step']:.2f} | {row['first_step']:.1f} |")
+            f"{1000 * row['cpu_per_step']:.2f} | {row['first_step']:.1f} | "
+            f"{row.get('steady_fps', float('nan')):.0f} |")
 
 
 def markdown(rows):
-    lines = [HEADER, '|' + '---|' * 7]
+    lines = [HEADER, '|' + '---|' * 8]
     lines += [format_row(row) for row in rows]
     return '\n'.join(lines)
 
@@ -320,6 +352,8 @@ def compare(rows, results, old, rounds):
     """Per row: env steps/s and CPU ms per env step of every round at `old`
     and in the working tree, and the ratios of their medians."""
     fps = lambda ms: ', '.join(f"{m['env_fps']:.0f}" for m in ms)
+    steady = lambda ms: ', '.join(
+        f"{m.get('steady_fps', float('nan')):.0f}" for m in ms)
     cpu = lambda ms: ', '.join(f"{1000 * m['cpu_per_step']:.2f}" for m in ms)
     median = lambda ms, key: statistics.median(m[key] for m in ms)
     lines = [
@@ -327,20 +361,26 @@ def compare(rows, results, old, rounds):
         f'are of the medians (working tree / {old})', '',
         f'| runner | setting | env steps/s {old} | env steps/s working tree '
         f'| env steps/s ratio | CPU ms/env step {old} | CPU ms/env step '
-        f'working tree | CPU ratio |',
-        '|' + '---|' * 8]
+        f'working tree | CPU ratio | steady env steps/s {old} | steady env '
+        f'steps/s working tree | steady ratio |',
+        '|' + '---|' * 11]
     for kind, name, *_ in rows:
         a, b = results[(old, name)], results[('', name)]
         if not (a and b):
             lines.append(f'| {kind} | {name} | {fps(a) or "failed"} | '
                          f'{fps(b) or "failed"} | – | {cpu(a) or "failed"} | '
-                         f'{cpu(b) or "failed"} | – |')
+                         f'{cpu(b) or "failed"} | – | {steady(a) or "failed"} '
+                         f'| {steady(b) or "failed"} | – |')
             continue
+        ratio = lambda key: (
+            statistics.median(m.get(key, float('nan')) for m in b) /
+            statistics.median(m.get(key, float('nan')) for m in a))
         lines.append(
             f"| {kind} | {name} | {fps(a)} | {fps(b)} | "
             f"{median(b, 'env_fps') / median(a, 'env_fps'):.2f} | {cpu(a)} | "
             f"{cpu(b)} | "
-            f"{median(b, 'cpu_per_step') / median(a, 'cpu_per_step'):.2f} |")
+            f"{median(b, 'cpu_per_step') / median(a, 'cpu_per_step'):.2f} | "
+            f"{steady(a)} | {steady(b)} | {ratio('steady_fps'):.2f} |")
     parallel = [name for kind, name, *_ in rows if kind == 'parallel'
                 and results[(old, name)] and results[('', name)]]
     measured = [m for name in parallel for tree in (old, '')

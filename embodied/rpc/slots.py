@@ -76,6 +76,11 @@ def is_slot_reply(reply):
         reply.dtype.kind in 'iu')
 
 
+def slot_bytes(layout):
+    """Bytes one slot of `layout` takes in a ring (page-aligned)."""
+    return _offsets(tuple(layout))[1]
+
+
 @functools.lru_cache(maxsize=64)
 def _offsets(layout):
     """Byte offsets of the arrays within a slot, and the slot's stride."""
@@ -233,7 +238,8 @@ class SlotWriter:
     def __init__(self, directory=SHM_DIR, keep=8):
         self.directory = os.path.realpath(directory)
         self.keep = keep
-        self._maps = collections.OrderedDict()  # path -> (mmap, array)
+        # path -> (mmap, array, {(slot, signature): views})
+        self._maps = collections.OrderedDict()
         self._lock = threading.Lock()
 
     def write(self, target, batch):
@@ -267,19 +273,28 @@ class SlotWriter:
             return None
         if slot < 0 or signature(layout) != expected:
             return None
-        offsets, stride = _offsets(layout)
-        whole = self._open(path)
-        if whole is None or (slot + 1) * stride > len(whole):
+        entry = self._open(path)
+        if entry is None:
             return None
-        return _views(whole, layout, offsets, slot * stride)
+        whole, cache = entry
+        views = cache.get((slot, expected))
+        if views is None:
+            offsets, stride = _offsets(tuple(layout))
+            if (slot + 1) * stride > len(whole):
+                return None
+            views = _views(whole, layout, offsets, slot * stride)
+            # Kept with the mapping, which they keep open until it goes.
+            cache[(slot, expected)] = views
+        return views
 
     def _open(self, path):
-        """A uint8 array over the mapped file `path`, or None."""
+        """A uint8 array over the mapped file `path` and a dict for views of
+        its slots, or None."""
         with self._lock:
             entry = self._maps.get(path)
             if entry is not None:
                 self._maps.move_to_end(path)
-                return entry[1]
+                return entry[1:]
             if not self._allowed(path):
                 return None
             try:
@@ -293,11 +308,11 @@ class SlotWriter:
             finally:
                 os.close(fd)
             whole = np.frombuffer(mapping, np.uint8)
-            self._maps[path] = (mapping, whole)
+            self._maps[path] = (mapping, whole, {})
             while len(self._maps) > self.keep:
-                # Only the mapping is kept: its array must go first.
+                # Only the mapping is kept: its arrays must go first.
                 _close(self._maps.popitem(last=False)[1][0])
-            return whole
+            return whole, self._maps[path][2]
 
     def _allowed(self, path):
         if not isinstance(path, str):
@@ -308,7 +323,7 @@ class SlotWriter:
 
     def close(self):
         with self._lock:
-            mappings = [mapping for mapping, _ in self._maps.values()]
+            mappings = [entry[0] for entry in self._maps.values()]
             self._maps.clear()  # Drops the arrays, so the mappings close.
             for mapping in mappings:
                 _close(mapping)

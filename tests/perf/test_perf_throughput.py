@@ -85,3 +85,16 @@ def test_a_malformed_agent_setting_is_a_usage_error(setting):
     with pytest.raises(SystemExit) as error:
         throughput.main(['--agent', setting])
     assert error.value.code == 2
+
+
+def test_steady_rate_is_timed_from_the_first_progress_line_to_the_stop():
+    lines = [
+        (0.0, 'Workers: Agent (pid 11).\n'),
+        (4.0, '[Progress] step 1000/1000000000 | elapsed 0:00:05\n'),
+        (9.0, '[Progress] step 9000/1000000000 | elapsed 0:00:10\n'),
+        (14.0, 'Run duration reached at step 17000: saving and stopping.\n'),
+        (20.0, '[Summary] steps=17100 wall_s=20.0\n'),
+    ]
+    assert throughput.steady_fps(lines) == (17000 - 1000) / (14.0 - 4.0)
+    assert throughput.steady_fps(lines[:3]) != throughput.steady_fps(
+        lines[:3])  # NaN: the run never decided to stop.

@@ -10,6 +10,10 @@
 The server batches `run.actor_batch` envs per policy call (a partial batch
 runs after `run.actor_flush` seconds) and answers each env worker before the
 transitions are sent on. `log/` keys of an observation go to the logger only.
+While the replay has not answered the last send (its limiter holds inserts
+back), the transitions of further batches wait and go on together, as one
+request to each role, when it answers (or when `hold_rows` rows wait): a
+busy replay gets fewer, larger requests, an idle one every batch at once.
 
 The server on `run.actor_addr` is the agent process's one server: the env
 workers and the launcher both know that address. The actor binds `act` on
@@ -44,12 +48,21 @@ class ActorRole:
     `replay` and `logger` are clients (`add_batch`, `tran`, each returning a
     portal future). `act` runs on `run.actor_threads` threads at once; `send` runs
     one call at a time, in request order. Keeps one policy carry per env.
+    `flush()` sends transitions that wait for the replay; the actor's loop
+    calls it every few milliseconds and `drained` before a save.
     """
 
-    def __init__(self, agent, args, replay, logger, closing=None):
+    def __init__(self, agent, args, replay, logger, closing=None,
+                 hold_rows=None):
         self.agent = agent
         self.replay, self.logger = replay, logger
         self.backlog = backlog(args)
+        # Transitions held while the replay works on the last send.
+        self.hold_rows = hold_rows or 4 * max(1, args.actor_batch)
+        self.outbox = []
+        self.outbox_rows = 0
+        self.outbox_lock = threading.Lock()  # Guards the outbox and sends.
+        self.last_send = None  # The replay's future of the last send.
         islist = lambda x: isinstance(x, list)
         self._islist = islist
         # Each env's carry as the tuple of its leaves, all of one structure
@@ -105,13 +118,45 @@ class ActorRole:
 
     @elements.timer.section('postfn')
     def send(self, trans):
-        """Sends the transitions of one `act` to the replay and logger."""
-        data, episode = trans
-        self._wait_for_room()
-        futures = (self.replay.add_batch(data), self.logger.tran(episode))
-        with self.inflight_lock:
-            self.inflight.extend(futures)
+        """Sends the transitions of one `act` to the replay and logger, or
+        holds them while the replay has not answered the last send."""
+        with self.outbox_lock:
+            self.outbox.append(trans)
+            self.outbox_rows += len(trans[0]['envid'])
+            if self.outbox_rows < self.hold_rows and self._replay_busy():
+                return
+            self._send_outbox()
         self.settle()
+
+    def flush(self, force=True):
+        """Sends held transitions (with `force=False`, only once the replay
+        has answered the last send); returns whether none is held. Never
+        waits: while a send is under way, or `backlog` sends are in flight
+        (a role that does not answer), they stay held."""
+        if not self.outbox_lock.acquire(blocking=False):
+            return False  # `send` is sending (or waits for room).
+        try:
+            if self.outbox and (force or not self._replay_busy()):
+                with self.inflight_lock:  # Arrived ones count as gone.
+                    room = sum(not f.done() for f in self.inflight) < (
+                        self.backlog)
+                if room:
+                    self._send_outbox()
+            return not self.outbox
+        finally:
+            self.outbox_lock.release()
+
+    def _replay_busy(self):
+        return self.last_send is not None and not self.last_send.done()
+
+    def _send_outbox(self):
+        held, self.outbox, self.outbox_rows = self.outbox, [], 0
+        self._wait_for_room()
+        for data, episode in _joined(held):
+            futures = (self.replay.add_batch(data), self.logger.tran(episode))
+            self.last_send = futures[0]
+            with self.inflight_lock:
+                self.inflight.extend(futures)
 
     def settle(self):
         """Forgets sent transitions that arrived; True when none is left."""
@@ -157,6 +202,26 @@ def backlog(args):
     return 8 * args.actor_threads
 
 
+def _joined(held):
+    """The held `(data, episode)` pairs as few pairs as their keys allow, in
+    order: rows of consecutive pairs with the same keys are concatenated."""
+    groups = []
+    for data, episode in held:
+        last = groups[-1] if groups else None
+        if last and last[0][0].keys() == data.keys() and (
+                last[0][1].keys() == episode.keys()):
+            last.append((data, episode))
+        else:
+            groups.append([(data, episode)])
+    for group in groups:
+        if len(group) == 1:
+            yield group[0]
+            continue
+        yield tuple(
+            {key: np.concatenate([pair[i][key] for pair in group])
+             for key in group[0][i]} for i in (0, 1))
+
+
 # The server: `act` on run.actor_addr, next to the agent's control methods.
 
 @elements.timer.section('actor')
@@ -183,8 +248,9 @@ def parallel_actor(agent, barrier, args):
             if link.bind_control:
                 link.bind_control(server, actor)
             server.start()
-            while not link.shutdown.wait(0.2):
+            while not link.shutdown.wait(0.01):
                 server.raise_error()
+                actor.flush(force=False)
             _wait_envs_gone(server)
         finally:
             link.shutdown.set()

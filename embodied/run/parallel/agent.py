@@ -107,7 +107,8 @@ class AgentControl:
     def drained(self):
         """Whether every transition the actor produced has arrived at the
         replay and the logger."""
-        return self.server.idle('act') and self.actor.settle()
+        return (self.server.idle('act') and self.actor.flush() and
+                self.actor.settle())
 
     def save(self, tag):
         """Saves the agent under `tag`, between train steps."""

@@ -10,6 +10,19 @@ from embodied import rpc
 from embodied.run import wiring
 
 
+RING_BYTES = 32 << 20
+MAX_PER_REQUEST = 8
+
+
+def batches_per_request(slot_bytes, prefetch):
+    """How many batches of `slot_bytes` one request asks for: as many as
+    keep the ring (`prefetch` requests in flight plus one held) within
+    `RING_BYTES`, between 1 and `MAX_PER_REQUEST`. Small batches share a
+    round trip; large ones do not fill /dev/shm."""
+    fit = RING_BYTES // (slot_bytes * prefetch) - 1
+    return max(1, min(MAX_PER_REQUEST, fit))
+
+
 class RemoteStream:
     """Batches from the replay's `sample_batch_<source>`, requested
     `prefetch` ahead from the start. Ends (StopIteration) when `stop` is set
@@ -18,15 +31,15 @@ class RemoteStream:
 
     With `shared`, once the first batch has shown the layout, batches come
     through a ring of shared-memory slots (`rpc.slots`) instead of the socket
-    when the replay is on this machine, `per_request` batches a round trip."""
+    when the replay is on this machine, `per_request` batches a round trip
+    (by default `batches_per_request` of the batch size)."""
 
     def __init__(self, args, source, stop, count, prefetch=4,
-                 shared=False, per_request=2):
+                 shared=False, per_request=None):
         self.source, self.stop, self.count = source, stop, count
-        self.shared, self.per_request = shared, per_request
+        self.shared, self.prefetch = shared, prefetch
+        self.asked_per_request = self.per_request = per_request
         self.ring = None
-        # The batches in flight, and room for those received and held.
-        self.ring_slots = (per_request + 1) * prefetch
         self.client = wiring.connect(
             args, 'replay', f'LearnerReplay{source.title()}')
         self.call = functools.partial(
@@ -106,7 +119,13 @@ class RemoteStream:
     def _start_ring(self, data):
         self.shared = False  # One try per layout.
         layout = rpc.slots.layout_of(data)
-        self.ring, problem = rpc.slots.SlotRing.create(layout, self.ring_slots)
+        self.per_request = self.asked_per_request or 1
+        if layout and not self.asked_per_request:
+            self.per_request = batches_per_request(
+                rpc.slots.slot_bytes(layout), self.prefetch)
+        # The batches in flight, and room for those received and held.
+        slots = (self.per_request + 1) * self.prefetch
+        self.ring, problem = rpc.slots.SlotRing.create(layout, slots)
         if problem:
             print(f'Learner: {self.source} batches come over the socket '
                   f'({problem}).', flush=True)

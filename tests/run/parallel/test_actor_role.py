@@ -48,13 +48,14 @@ class Client:
         return self._call('tran', data)
 
 
-def make_actor(replay=None, logger=None, **kwargs):
+def make_actor(replay=None, logger=None, hold_rows=None, **kwargs):
     args = arguments.with_defaults(
         dict(logdir='/tmp/unused', actor_batch=2, **kwargs))
     agent = testing.TestAgent(OBS_SPACE, ACT_SPACE, {})
     replay = replay or Client()
     logger = logger or Client()
-    return ActorRole(agent, args, replay, logger), replay, logger
+    actor = ActorRole(agent, args, replay, logger, hold_rows=hold_rows)
+    return actor, replay, logger
 
 
 def obs(envids, counts, is_eval=(), **extra):
@@ -118,7 +119,8 @@ def test_transitions_go_to_replay_and_logger_after_the_reply():
 
 def test_send_waits_for_room_and_gives_up_when_closing():
     replay = Client(hold=True)
-    actor, _, _ = make_actor(replay=replay, actor_threads=1)  # Backlog 8.
+    actor, _, _ = make_actor(  # Backlog 8, every send goes at once.
+        replay=replay, actor_threads=1, hold_rows=1)
     counts = 0
     for _ in range(4):  # Two futures (replay, logger) per send.
         _, trans = actor.act(obs([0], [counts]))
@@ -140,6 +142,47 @@ def test_send_waits_for_room_and_gives_up_when_closing():
         actor.send(trans)
 
 
+def test_sends_wait_while_the_replay_is_busy_and_go_on_as_one():
+    replay, logger = Client(hold=True), Client()
+    actor, _, _ = make_actor(replay=replay, logger=logger)  # Holds 8 rows.
+    sent = []
+    for counts in ([0, 0], [1, 1], [2, 2]):
+        _, trans = actor.act(obs([5, 6], counts))
+        actor.send(trans)
+        sent.append(trans[0]['count'].tolist())
+    # The first went at once; the others wait for the replay's answer.
+    assert len(replay.calls) == 1 and len(logger.calls) == 1
+    actor.flush(force=False)
+    assert len(replay.calls) == 1  # Still busy.
+    replay.pending[0].set_result({})
+    actor.flush(force=False)
+    (_, first), (_, joined) = replay.calls
+    assert first['count'].tolist() == sent[0]
+    assert joined['count'].tolist() == sent[1] + sent[2]  # In order.
+    assert joined['envid'].tolist() == [5, 6, 5, 6]
+    assert logger.calls[1][1]['count'].tolist() == sent[1] + sent[2]
+    # At `hold_rows` rows a send goes on although the replay is busy.
+    for counts in ([3, 3], [4, 4], [5, 5], [6, 6]):
+        _, trans = actor.act(obs([5, 6], counts))
+        actor.send(trans)
+    assert len(replay.calls) == 3
+    assert replay.calls[2][1]['count'].tolist() == [3, 3, 4, 4, 5, 5, 6, 6]
+
+
+def test_drained_sends_what_waits():
+    replay = Client(hold=True)
+    actor, _, _ = make_actor(replay=replay)
+    for counts in ([0, 0], [1, 1]):
+        _, trans = actor.act(obs([1, 2], counts))
+        actor.send(trans)
+    assert len(replay.calls) == 1
+    actor.flush()  # What `drained` does before it settles.
+    assert len(replay.calls) == 2
+    for future in replay.pending:
+        future.set_result({})
+    assert actor.settle()
+
+
 def test_an_error_of_the_replay_surfaces_in_the_actor():
     replay = Client(hold=True)
     actor, _, _ = make_actor(replay=replay)
@@ -148,3 +191,20 @@ def test_an_error_of_the_replay_surfaces_in_the_actor():
     replay.pending[0].set_error(ValueError('bad key'))
     with pytest.raises(ValueError, match='bad key'):
         actor.settle()
+
+
+def test_flush_counts_sends_that_arrived_as_gone():
+    """While the actor is paused nothing settles the sends that arrived:
+    `drained`'s flush must still find room for what is held."""
+    replay = Client(hold=True)
+    actor, _, _ = make_actor(replay=replay, actor_threads=1)  # Backlog 8.
+    for counts in ([0, 0], [1, 1]):
+        _, trans = actor.act(obs([1, 2], counts))
+        actor.send(trans)  # The second is held: the replay is busy.
+    assert len(replay.calls) == 1
+    replay.pending[0].set_result({})
+    actor.inflight.extend([replay.pending[0]] * 8)  # Arrived, not settled.
+    assert actor.flush()
+    assert replay.calls[-1][1]['count'].tolist() == [1, 1]
+    replay.pending[-1].set_result({})
+    assert actor.settle()

@@ -125,6 +125,8 @@ def test_runs_to_steps_with_ratio_saves_and_eval_split(tmp_path):
         '--run.train_ratio', '32', '--testing.replay_outs', 'True')
     assert 'Reached run.steps (2000)' in output
     assert 'All workers exited.' in output
+    # Every save found the actor drained (its held transitions sent).
+    assert 'in flight' not in output and 'Skipping this save' not in output
     if os.path.isdir('/dev/shm'):
         # Train batches came through shared memory, and every one of them
         # passed the test agent's content checks.
