@@ -11,7 +11,7 @@ from embodied.run import wiring
 
 
 RING_BYTES = 32 << 20
-MAX_PER_REQUEST = 8
+MAX_PER_REQUEST = 4  # With prefetch 4, at most 16 batches sampled ahead.
 
 
 def batches_per_request(slot_bytes, prefetch):
