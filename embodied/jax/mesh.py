@@ -168,9 +168,7 @@ def _fit_over_hosts(text, chosen, count, replicas, key):
     sizes = parse(text, key)
     if -1 in sizes:
         return fit(text, chosen * replicas, key)
-    need = 1
-    for size in sizes:
-        need *= size
+    need = math.prod(sizes)
     if need % replicas or need // replicas > count:
         raise LayoutError(
             f"{key} '{text}' spans {need} devices, which do not split "

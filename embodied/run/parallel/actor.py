@@ -203,23 +203,17 @@ def backlog(args):
 
 
 def _joined(held):
-    """The held `(data, episode)` pairs as few pairs as their keys allow, in
-    order: rows of consecutive pairs with the same keys are concatenated."""
-    groups = []
-    for data, episode in held:
-        last = groups[-1] if groups else None
-        if last and last[0][0].keys() == data.keys() and (
-                last[0][1].keys() == episode.keys()):
-            last.append((data, episode))
-        else:
-            groups.append([(data, episode)])
-    for group in groups:
-        if len(group) == 1:
-            yield group[0]
-            continue
-        yield tuple(
-            {key: np.concatenate([pair[i][key] for pair in group])
-             for key in group[0][i]} for i in (0, 1))
+    """The held `(data, episode)` pairs as one pair, rows in order (the
+    server accepts `act` requests of one set of keys only); as they are
+    should their keys differ after all."""
+    first = held[0]
+    if len(held) == 1 or any(
+            data.keys() != first[0].keys() or episode.keys() != first[1].keys()
+            for data, episode in held):
+        return held
+    return [tuple(
+        {key: np.concatenate([pair[i][key] for pair in held])
+         for key in first[i]} for i in (0, 1))]
 
 
 # The server: `act` on run.actor_addr, next to the agent's control methods.

@@ -119,10 +119,8 @@ class RemoteStream:
     def _start_ring(self, data):
         self.shared = False  # One try per layout.
         layout = rpc.slots.layout_of(data)
-        self.per_request = self.asked_per_request or 1
-        if layout and not self.asked_per_request:
-            self.per_request = batches_per_request(
-                rpc.slots.slot_bytes(layout), self.prefetch)
+        self.per_request = self.asked_per_request or (batches_per_request(
+            rpc.slots.slot_bytes(layout), self.prefetch) if layout else 1)
         # The batches in flight, and room for those received and held.
         slots = (self.per_request + 1) * self.prefetch
         self.ring, problem = rpc.slots.SlotRing.create(layout, slots)
