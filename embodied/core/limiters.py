@@ -161,6 +161,19 @@ class SamplesPerInsert:
         with self._lock:
             return self._want_sample()
 
+    def want_inserts(self, count):
+        """Whether `count` inserts in a row would all be allowed now (the
+        first `count` of them while under `minsize`). An inserter that waits
+        for room for several goes on in fewer, larger steps; for this to
+        never block both sides at once, `count - 1` must stay below
+        `tolerance * (1 + 1 / samples_per_insert)`, e.g. at most
+        `tolerance / 2`."""
+        with self._lock:
+            if self._size < self.minsize or self.samples_per_insert <= 0:
+                return True
+            return (self._avail() + (count - 1) * self.samples_per_insert <
+                    self.max_avail)
+
     def insert(self):
         with self._lock:
             self._insert()

@@ -72,6 +72,48 @@ def test_valid_settings_never_block_both_sides(kwargs):
             limiter.sample()
 
 
+def test_want_inserts_tells_whether_that_many_inserts_would_pass():
+    for spi, tolerance in ((2.0, 3.0), (0.5, 8.0), (32 / 12, 32.0)):
+        limiter = SamplesPerInsert(spi, tolerance=tolerance, minsize=3)
+        rng = np.random.default_rng(0)
+        for _ in range(400):
+            for count in (1, 2, 5, 16):
+                probe = SamplesPerInsert(spi, tolerance=tolerance, minsize=3)
+                probe.load(limiter.save())
+                passed = 0
+                while passed < count and probe.try_insert():
+                    passed += 1
+                if limiter.size >= limiter.minsize:
+                    assert limiter.want_inserts(count) == (passed == count), (
+                        count, limiter.state())
+            if limiter.want_insert() and (
+                    not limiter.want_sample() or rng.random() < 0.5):
+                limiter.insert()
+            else:
+                limiter.sample()
+    assert SamplesPerInsert(1, tolerance=1, minsize=5).want_inserts(100)
+
+
+@pytest.mark.parametrize(
+    'kwargs', [c[1] for c in VALID], ids=[c[0] for c in VALID])
+def test_inserts_waiting_for_room_for_half_the_tolerance_never_deadlock(
+        kwargs):
+    limiter = SamplesPerInsert(**kwargs)
+    count = max(1, int(limiter.tolerance // 2))
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        can_insert = limiter.want_inserts(count)
+        can_sample = limiter.want_sample()
+        assert can_insert or can_sample, limiter.state()
+        if can_insert and (not can_sample or rng.random() < 0.5):
+            inserted = 0
+            while inserted < count and limiter.try_insert():
+                inserted += 1
+            assert inserted, limiter.state()
+        else:
+            limiter.sample()
+
+
 def test_inserts_are_free_until_minsize_then_credit():
     limiter = SamplesPerInsert(samples_per_insert=2, tolerance=3, minsize=4)
     for _ in range(3):

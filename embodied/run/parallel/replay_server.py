@@ -78,6 +78,11 @@ class ReplayRole:
         # Notified after inserts, samples and the release, so that limiter
         # waits wake at once instead of at their next poll (`limiters.wait`).
         self.changed = threading.Condition()
+        # A waiting insert waits for room for this many rows (or its last
+        # ones), so it goes on in few large steps, not one per sampled
+        # batch; samples wake it only once there is that room (`insert_need`).
+        self.insert_group = max(1, int(self.limiter.tolerance // 2))
+        self.insert_need = 0
         self.counts = collections.Counter()
         self.sums = {}  # Limiter wait seconds since the last metrics.
         self.sums_lock = threading.Lock()
@@ -108,9 +113,12 @@ class ReplayRole:
         envids = envids.tolist()
         done = 0
         while done < len(envids):
+            need = min(len(envids) - done, self.insert_group)
+            self.insert_need = need  # Before the wait checks: see _sampled.
             with elements.timer.section('replay_insert_wait'):
-                dur = self._wait(self._may_insert, 'Replay insert is waiting',
-                                 limiter.state)
+                dur = self._wait(lambda: self._may_insert(need),
+                                 'Replay insert is waiting', limiter.state)
+            self.insert_need = 0
             # Released at shutdown: insert anyway, so replay and logger agree.
             released = dur is None
             dur = dur or 0.0
@@ -249,11 +257,19 @@ class ReplayRole:
         with self.changed:
             self.changed.notify_all()
 
-    def _may_insert(self):
+    def _may_insert(self, rows=1):
         # The limiter's minsize counts inserts, but a sequence needs `length`
         # steps of one env: with many envs the replay can still be empty. A
         # sampler then waits for data, so inserts must not wait for it.
-        return self.limiter.want_insert() or not len(self.replay_train)
+        return self.limiter.want_inserts(rows) or not len(self.replay_train)
+
+    def _sampled(self):
+        """Wakes a waiting insert once the samples made room for it. An
+        insert sets `insert_need` before it checks, and samples change the
+        limiter before they read it, so no wake-up is missed."""
+        need = self.insert_need
+        if need and self._may_insert(need):
+            self._notify()
 
     def _sample_train(self, sample=None):
         """The next train batch once the limiter allows, from `sample()`
@@ -269,7 +285,7 @@ class ReplayRole:
                     return None  # Shutting down; the learner stops on None.
                 while needed and limiter.try_sample():
                     needed -= 1
-                self._notify()  # The samples may let a waiting insert go on.
+                self._sampled()  # The samples may let a waiting insert go on.
         # The limiter counts inserts of all envs: with more envs than
         # batch_size it can allow samples before any sequence is complete.
         replay = self.replay_train

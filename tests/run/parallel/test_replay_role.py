@@ -199,6 +199,45 @@ def test_inserts_wait_for_samples_past_minsize_and_tolerance():
     assert not thread.is_alive()
 
 
+def test_a_waiting_insert_goes_on_in_groups_of_half_the_tolerance():
+    role = make_role(train_ratio=LENGTH)  # One sampled step per insert.
+    group = role.insert_group
+    assert group == 4 * BATCH // 2
+    n = 300
+    steps = {
+        'envid': np.zeros(n, np.int64), 'is_eval': np.zeros(n, bool),
+        'value': np.arange(n, dtype=np.int64),
+        'reward': np.zeros(n, np.float32), 'is_first': np.arange(n) == 0,
+        'is_last': np.zeros(n, bool), 'is_terminal': np.zeros(n, bool)}
+    first = {k: v[:role.limiter.minsize] for k, v in steps.items()}
+    rest = {k: v[role.limiter.minsize:] for k, v in steps.items()}
+    role.add_batch(first)  # Under minsize: no wait, and the replay has items.
+    thread = threading.Thread(
+        target=lambda: role.add_batch(rest), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: not role.limiter.want_insert() and role.status(
+            ).get('inserts') == role.limiter.size)
+        inserted = role.status()['inserts']
+        # One batch makes room for BATCH rows, fewer than the group: the
+        # insert keeps waiting. The next makes room for the whole group.
+        role.sample_batch_train()
+        thread.join(0.2)
+        assert role.status()['inserts'] == inserted
+        role.sample_batch_train()
+        wait_until(lambda: role.status()['inserts'] == inserted + group)
+        thread.join(0.2)
+        assert role.status()['inserts'] == inserted + group
+    finally:
+        role.release()
+        thread.join(10)
+        role.close()
+    assert not thread.is_alive()
+    assert role.status()['inserts'] == n  # Released: the rest went in.
+    batch = role.sample_batch_report()
+    assert (np.diff(batch['value'], axis=1) == 1).all()
+
+
 @pytest.mark.parametrize('train_ratio', [4, 32])
 def test_limiter_holds_the_train_ratio(train_ratio):
     """Inserter and sampler run freely in two threads; the limiter makes
