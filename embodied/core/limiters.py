@@ -198,6 +198,17 @@ class SamplesPerInsert:
             self._sampled += 1
             return True
 
+    def try_samples(self, count):
+        """Records up to `count` samples, each only if allowed when its turn
+        comes (as `count` calls of `try_sample`, under one lock); returns how
+        many it recorded."""
+        with self._lock:
+            taken = 0
+            while taken < count and self._want_sample():
+                self._sampled += 1
+                taken += 1
+            return taken
+
     def _want_insert(self):
         if self._size < self.minsize or self.samples_per_insert <= 0:
             return True

@@ -725,8 +725,8 @@ def _mark_boundaries(data):
         if 'is_last' in data:
             # A stream abandoned mid-episode continues with a new episode:
             # mark the step before it as last.
-            last = data['is_last']
-            last[:, :-1] = np.logical_or(last[:, :-1], first[:, 1:])
+            before = data['is_last'][:, :-1]
+            np.logical_or(before, first[:, 1:], out=before)
         first[:, 0] = True
     return data
 

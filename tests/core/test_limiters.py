@@ -158,6 +158,21 @@ def test_try_methods_check_and_record_atomically():
     assert limiter.state()['avail'] == -1
 
 
+def test_try_samples_records_as_many_as_single_tries_would():
+    for count in (1, 3, 10):
+        one = SamplesPerInsert(samples_per_insert=2, tolerance=2, minsize=1)
+        many = SamplesPerInsert(samples_per_insert=2, tolerance=2, minsize=1)
+        assert many.try_samples(count) == 0  # Under minsize.
+        for _ in range(3):
+            one.insert()
+            many.insert()
+            singles = 0
+            while singles < count and one.try_sample():
+                singles += 1
+            assert many.try_samples(count) == singles
+            assert many.state() == one.state()
+
+
 def test_save_load_restores_balance_and_applies_new_ratio_to_future():
     limiter = SamplesPerInsert(samples_per_insert=2, tolerance=10, minsize=1)
     for _ in range(5):

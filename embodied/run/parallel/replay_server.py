@@ -283,8 +283,7 @@ class ReplayRole:
                                  'Replay sample is waiting', limiter.state)
                 if dur is None:
                     return None  # Shutting down; the learner stops on None.
-                while needed and limiter.try_sample():
-                    needed -= 1
+                needed -= limiter.try_samples(needed)
                 self._sampled()  # The samples may let a waiting insert go on.
         # The limiter counts inserts of all envs: with more envs than
         # batch_size it can allow samples before any sequence is complete.
