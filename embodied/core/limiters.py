@@ -174,9 +174,10 @@ class SamplesPerInsert:
             return (self._avail() + (count - 1) * self.samples_per_insert <
                     self.max_avail)
 
-    def insert(self):
+    def insert(self, count=1):
         with self._lock:
-            self._insert()
+            for _ in range(count):
+                self._insert()
 
     def sample(self):
         with self._lock:
@@ -197,6 +198,17 @@ class SamplesPerInsert:
                 return False
             self._sampled += 1
             return True
+
+    def try_inserts(self, count):
+        """Records up to `count` inserts, each only if allowed when its turn
+        comes (as `count` calls of `try_insert`, under one lock); returns how
+        many it recorded."""
+        with self._lock:
+            taken = 0
+            while taken < count and self._want_insert():
+                self._insert()
+                taken += 1
+            return taken
 
     def try_samples(self, count):
         """Records up to `count` samples, each only if allowed when its turn

@@ -158,6 +158,23 @@ def test_try_methods_check_and_record_atomically():
     assert limiter.state()['avail'] == -1
 
 
+def test_try_inserts_records_as_many_as_single_tries_would():
+    for count in (1, 3, 10):
+        one = SamplesPerInsert(samples_per_insert=2, tolerance=2, minsize=2)
+        many = SamplesPerInsert(samples_per_insert=2, tolerance=2, minsize=2)
+        for _ in range(3):
+            singles = 0
+            while singles < count and one.try_insert():
+                singles += 1
+            assert many.try_inserts(count) == singles
+            assert many.state() == one.state()
+            one.sample()
+            many.sample()
+    limiter = SamplesPerInsert(samples_per_insert=2, tolerance=2, minsize=2)
+    limiter.insert(5)  # Unconditional, as 5 calls of insert().
+    assert limiter.size == 5 and limiter.avail == 8
+
+
 def test_try_samples_records_as_many_as_single_tries_would():
     for count in (1, 3, 10):
         one = SamplesPerInsert(samples_per_insert=2, tolerance=2, minsize=1)

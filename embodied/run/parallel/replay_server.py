@@ -126,12 +126,14 @@ class ReplayRole:
             counts['insert_wait_seconds'] += dur
             counts['insert_waits'] += dur > 0
             with self.lock:  # As many as the limiter allows in one go.
-                stop = done
-                while stop < len(envids) and (released or self._may_insert()):
-                    limiter.insert()
-                    stop += 1
-                    if limiter.size > limiter.minsize:
-                        counts['inserts_after_minsize'] += 1
+                before, rest = limiter.size, len(envids) - done
+                if released or not len(replay_train):
+                    limiter.insert(rest)
+                    stop = len(envids)
+                else:
+                    stop = done + limiter.try_inserts(rest)
+                counts['inserts_after_minsize'] += max(
+                    0, limiter.size - max(before, limiter.minsize))
                 add_rows(replay_train,
                          {k: v[done:stop] for k, v in data.items()},
                          envids[done:stop])
