@@ -83,23 +83,36 @@ class Chunk:
         succ = (self.succ or NO_SUCC).hex()
         return f'{self.time:020d}-{self.uuid.hex()}-{succ}-{self.length}.npz'
 
-    def append(self, step):
-        """Stores one step (a dict of arrays of fixed shapes and dtypes)."""
+    def append(self, step, row=None):
+        """Stores one step: a dict of arrays of fixed shapes and dtypes, or
+        with `row`, row `row` of a dict of batched arrays."""
         if self.full:
             raise ValueError(f'{self!r} is full.')
-        if 'stepid' not in self.data:
-            self.data['stepid'] = make_stepids(self.uuid, self.size)
+        data, length = self.data, self.length
+        if not data:
+            data['stepid'] = make_stepids(self.uuid, self.size)
         for key, value in step.items():
-            if key not in self.data:
-                self.ensure(key, value.dtype, value.shape)
-            self.data[key][self.length] = value
-        self.length += 1
+            if row is not None:
+                value = value[row]
+            column = data.get(key)
+            if column is None:
+                column = self._new_column(key, value.dtype, value.shape)
+            column[length] = value
+        self.length = length + 1
 
     def ensure(self, key, dtype, shape):
         """Gives the chunk a zero-filled column `key` if it has none."""
         if key not in self.data:
             self.data[key] = np.zeros((self.size, *shape), dtype)
         return self.data[key]
+
+    def _new_column(self, key, dtype, shape):
+        # A column that the first append creates gets every row from the
+        # appends before any row is read: it needs no zeros.
+        if self.length:
+            return self.ensure(key, dtype, shape)
+        column = self.data[key] = np.empty((self.size, *shape), dtype)
+        return column
 
     def trim(self):
         """Frees the rows beyond `length` (for a chunk closed before full)."""

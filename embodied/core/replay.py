@@ -89,6 +89,7 @@ class Replay:
             selectors.Uniform(seed) if selector is None else selector)
         if len(self._selector):
             raise ValueError('Replay needs an empty selector.')
+        self._stepids = getattr(self._selector, 'uses_stepids', True)
 
         self._lock = threading.RLock()
         self._chunks = {}        # uuid -> Chunk
@@ -151,16 +152,17 @@ class Replay:
             steps = {k: steps[k].astype(first[k].dtype, copy=False)
                      for k in first}
             for i, worker in enumerate(workers):
-                self._append({k: v[i] for k, v in steps.items()}, worker)
+                self._append(steps, worker, i)
 
-    def _append(self, step, worker):
+    def _append(self, step, worker, row=None):
+        """Appends `step` (row `row` of it, if given) to `worker`'s stream."""
         stream = self._streams.get(worker)
         if stream is None:
             stream = _Stream(self._new_chunk(refs=1).uuid)
             self._streams[worker] = stream
         chunk = self._chunks[stream.chunk]
         index = chunk.length
-        chunk.append(step)
+        chunk.append(step, row)
         self._refs[chunk.uuid] += 1
         stream.pending.append((chunk.uuid, index, stream.count))
         stream.count += 1
@@ -240,8 +242,7 @@ class Replay:
         self._items[itemid] = (uuid, index)
         self._fifo.append(itemid)
         self._selector[itemid] = (
-            self._read(uuid, index, 'stepid')
-            if getattr(self._selector, 'uses_stepids', True) else None)
+            self._read(uuid, index, 'stepid') if self._stepids else None)
         self._metrics['inserts'] += 1
         return itemid
 
