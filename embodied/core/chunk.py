@@ -4,6 +4,12 @@ A chunk holds up to `size` steps as one array per key and links to the chunk
 that continues the same worker's stream (`succ`). Every step gets a `stepid`:
 the chunk's 16-byte uuid followed by the step's index as 4 big-endian bytes.
 
+Small columns (at most PACK_BYTES per step, `stepid` among them) share one
+byte matrix, `packed`, with a row per step, and are views of it: a sampler
+copies a sequence's small columns with one slice of that matrix instead of
+one per column (`Packing`). Columns added later (`ensure`) and chunks read
+from files are separate arrays.
+
 A chunk is written once, after it is complete, to a file named
 
     {time:020d}-{uuid hex}-{succ hex or 0s}-{length}.npz
@@ -13,7 +19,9 @@ names alone, before it opens any file. Files are written to a temporary name,
 fsynced and renamed, so a crash leaves either the whole file or none.
 """
 
+import functools
 import io
+import math
 import os
 import re
 import threading
@@ -35,6 +43,8 @@ _FILENAME = re.compile(
 # Temporary files left behind by write_atomic() when a process died mid-write.
 _TEMPFILE = re.compile(r'^\d{20}-[0-9a-f]{32}-[0-9a-f]{32}-\d+\.npz\.tmp-\w+$')
 
+PACK_BYTES = 256
+
 _clock_lock = threading.Lock()
 _last_time = 0
 
@@ -52,9 +62,44 @@ class ChunkError(Exception):
     """A chunk file that cannot be read; the message names the file and why."""
 
 
+class Packing:
+    """Where each small column lies within a packed row: `fields` maps a
+    key to (dtype, shape, byte offset, bytes), `rowbytes` is a row's size.
+    One object per set of columns (`packing`), so chunks that share one can
+    be told by identity."""
+
+    def __init__(self, columns):
+        self.fields, offset = {}, 0
+        for key, dtype, shape in columns:
+            dtype = np.dtype(dtype)
+            offset = -(-offset // dtype.alignment) * dtype.alignment
+            nbytes = dtype.itemsize * math.prod(shape)
+            self.fields[key] = (dtype, shape, offset, nbytes)
+            offset += nbytes
+        self.rowbytes = -(-offset // 8) * 8
+
+    def views(self, matrix):
+        """The columns within `matrix`, a (rows, rowbytes) uint8 array."""
+        return {
+            key: matrix[:, offset:offset + nbytes].view(dtype).reshape(
+                len(matrix), *shape)
+            for key, (dtype, shape, offset, nbytes) in self.fields.items()}
+
+
+@functools.lru_cache(maxsize=16)
+def packing(columns):
+    """The `Packing` of the small ones among `columns`, a tuple of (key,
+    dtype string, shape); None when fewer than two are small."""
+    small = [(k, d, s) for k, d, s in columns
+             if np.dtype(d).itemsize * math.prod(s) <= PACK_BYTES]
+    return Packing(small) if len(small) >= 2 else None
+
+
 class Chunk:
 
-    __slots__ = ('uuid', 'time', 'size', 'length', 'succ', 'data', 'saved')
+    __slots__ = (
+        'uuid', 'time', 'size', 'length', 'succ', 'data', 'saved', 'packing',
+        'packed')
 
     def __init__(self, size, uuid=None, created=None):
         if size < 1:
@@ -66,6 +111,8 @@ class Chunk:
         self.succ = None      # uuid of the chunk that continues this stream
         self.data = {}        # key -> array with `size` rows
         self.saved = False
+        self.packing = None   # Packing of the small columns, if packed
+        self.packed = None    # (size, packing.rowbytes) uint8 matrix
 
     def __repr__(self):
         return f'Chunk({self.uuid.hex()[:8]}, {self.length}/{self.size})'
@@ -90,7 +137,7 @@ class Chunk:
             raise ValueError(f'{self!r} is full.')
         data, length = self.data, self.length
         if not data:
-            data['stepid'] = make_stepids(self.uuid, self.size)
+            self._create(step, row)
         for key, value in step.items():
             if row is not None:
                 value = value[row]
@@ -106,6 +153,22 @@ class Chunk:
             self.data[key] = np.zeros((self.size, *shape), dtype)
         return self.data[key]
 
+    def _create(self, step, row):
+        """The columns of the first step: small ones packed, the others
+        separate; none zero-filled, as the appends fill every row."""
+        columns = (('stepid', '|u1', (STEPID_BYTES,)),) + tuple(
+            (key, value.dtype.str, value.shape[0 if row is None else 1:])
+            for key, value in step.items())
+        self.packing = packing(columns)
+        if self.packing:
+            self.packed = np.empty(
+                (self.size, self.packing.rowbytes), np.uint8)
+            self.data.update(self.packing.views(self.packed))
+        for key, dtype, shape in columns:
+            if key not in self.data:
+                self.data[key] = np.empty((self.size, *shape), dtype)
+        self.data['stepid'][:] = make_stepids(self.uuid, self.size)
+
     def _new_column(self, key, dtype, shape):
         # A column that the first append creates gets every row from the
         # appends before any row is read: it needs no zeros.
@@ -117,8 +180,13 @@ class Chunk:
     def trim(self):
         """Frees the rows beyond `length` (for a chunk closed before full)."""
         if self.length < self.size:
+            fields = self.packing.fields if self.packing else {}
             self.data = {
-                k: v[:self.length].copy() for k, v in self.data.items()}
+                k: v[:self.length].copy() for k, v in self.data.items()
+                if k not in fields}
+            if self.packing:
+                self.packed = self.packed[:self.length].copy()
+                self.data.update(self.packing.views(self.packed))
             self.size = self.length
 
     def write(self, directory):

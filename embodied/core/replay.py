@@ -702,12 +702,14 @@ def _fits(out, spec, batch, length):
 
 def _assemble(draws, spec, length, out=None):
     data = {} if out is None else out
-    for key, (dtype, shape) in spec.items():
-        if out is None:
-            array = np.empty((len(draws), length, *shape), dtype)
-            data[key] = array
-        else:
-            array = out[key]
+    if out is None:
+        for key, (dtype, shape) in spec.items():
+            data[key] = np.empty((len(draws), length, *shape), dtype)
+    done = _assemble_packed(draws, spec, length, data)
+    for key in spec:
+        if key in done:
+            continue
+        array = data[key]
         for b, segments in enumerate(draws):
             t = 0
             for chunk, start, count in segments:
@@ -718,6 +720,28 @@ def _assemble(draws, spec, length, out=None):
                     array[b, t:t + count] = column[start:start + count]
                 t += count
     return data
+
+
+def _assemble_packed(draws, spec, length, data):
+    """Copies the packed small columns (see `chunk.Packing`) into `data`
+    when every chunk of the draws shares one packing: one copy per sequence
+    piece for all of them, then one per column. Returns the keys done."""
+    segments = [segment for segments in draws for segment in segments]
+    packing = segments[0][0].packing
+    if packing is None or any(c.packing is not packing for c, _, _ in segments):
+        return ()
+    rows = np.empty((len(draws) * length, packing.rowbytes), np.uint8)
+    position = 0
+    for chunk, start, count in segments:
+        rows[position:position + count] = chunk.packed[start:start + count]
+        position += count
+    done = []
+    for key, (dtype, shape, offset, nbytes) in packing.fields.items():
+        if spec.get(key) == (dtype, shape):
+            data[key][...] = rows[:, offset:offset + nbytes].view(
+                dtype).reshape(len(draws), length, *shape)
+            done.append(key)
+    return done
 
 
 def _mark_boundaries(data):

@@ -450,3 +450,82 @@ def test_checkpoint_restores_replay(tmp_path):
     checkpoint.replay = restored
     checkpoint.load()
     assert contents(restored) == contents(replay)
+
+
+def _rich_step(t, worker):
+    return {'t': np.int32(t), 'worker': np.int32(worker),
+            'vector': np.arange(5, dtype=np.float32) + t,
+            'flag': np.bool_(t % 3 == 0), 'token': np.int64(t * 7),
+            'image': np.full((16, 16, 3), t % 256, np.uint8)}
+
+
+def _filled_replay(seed):
+    replay = Replay(length=5, capacity=60, chunksize=7,
+                    selector=selectors.Uniform(seed))
+    for t in range(40):
+        replay.add_batch(
+            {k: np.stack([_rich_step(t, w)[k] for w in range(3)])
+             for k in _rich_step(0, 0)}, [0, 1, 2])
+    return replay
+
+
+def test_small_columns_are_packed_and_sample_as_separate_ones(monkeypatch):
+    from embodied.core import chunk as chunklib
+    replay = _filled_replay(seed=3)
+    chunk = next(iter(replay._chunks.values()))
+    assert chunk.packing and 'image' not in chunk.packing.fields
+    for key in ('stepid', 't', 'worker', 'vector', 'flag', 'token'):
+        assert np.shares_memory(chunk.data[key], chunk.packed), key
+    packed = replay.sample(50)
+    layout = replay.layout(50)
+    out = {k: np.full(shape, 1, dtype) for k, dtype, shape in layout}
+    into = replay.sample(50, out=out)
+    assert into is out
+
+    monkeypatch.setattr(chunklib, 'PACK_BYTES', 0)  # No column is small.
+    chunklib.packing.cache_clear()
+    try:
+        plain = _filled_replay(seed=3)
+        assert next(iter(plain._chunks.values())).packing is None
+        unpacked = plain.sample(50)
+        again = plain.sample(50)
+    finally:
+        chunklib.packing.cache_clear()
+    assert packed.keys() == unpacked.keys()
+    for key in packed:
+        assert packed[key].dtype == unpacked[key].dtype, key
+        # Chunk uuids are random: of step ids, compare the row indices.
+        part = slice(16, None) if key == 'stepid' else slice(None)
+        np.testing.assert_array_equal(
+            packed[key][..., part], unpacked[key][..., part], key)
+        np.testing.assert_array_equal(
+            into[key][..., part], again[key][..., part], key)
+    held = {c.uuid for c in replay._chunks.values()}
+    assert {bytes(i) for i in packed['stepid'][..., :16].reshape(
+        -1, 16)} <= held
+    assert_consecutive(packed, 5)
+    assert (packed['vector'][..., 0] == packed['t']).all()
+    assert (packed['token'] == 7 * packed['t']).all()
+
+
+def test_packed_columns_survive_trim_update_save_and_load(tmp_path):
+    replay = Replay(length=3, capacity=40, chunksize=8, directory=tmp_path,
+                    save_wait=True)
+    for t in range(13):
+        replay.add(_rich_step(t, 0), worker=0)
+    data = replay.save()  # Closes the chunk in progress: it is trimmed.
+    trimmed = [c for c in replay._chunks.values() if c.length == 5]
+    assert trimmed and trimmed[0].packing and len(trimmed[0].packed) == 5
+    batch = replay.sample(30)
+    replay.update({'stepid': batch['stepid'], 't': batch['t'] + 1000,
+                   'deter': np.ones((30, 3, 2), np.float32)})
+    later = replay.sample(300)
+    assert ((later['t'] >= 1000) == later['deter'][..., 0].astype(bool)).all()
+    restored = Replay(length=3, capacity=40, chunksize=8, directory=tmp_path)
+    restored.load(data)
+    for t in range(13, 30):  # New packed chunks beside the loaded ones.
+        restored.add(_rich_step(t, 0), worker=0)
+    mixed = restored.sample(400)
+    assert_consecutive(mixed, 3)
+    assert (mixed['vector'][..., 0] == mixed['t']).all()
+    assert mixed['t'].max() >= 13 and mixed['t'].min() < 13
