@@ -144,7 +144,7 @@ def test_send_waits_for_room_and_gives_up_when_closing():
 
 def test_sends_wait_while_the_replay_is_busy_and_go_on_as_one():
     replay, logger = Client(hold=True), Client()
-    actor, _, _ = make_actor(replay=replay, logger=logger)  # Holds 8 rows.
+    actor, _, _ = make_actor(replay=replay, logger=logger, hold_rows=8)
     sent = []
     for counts in ([0, 0], [1, 1], [2, 2]):
         _, trans = actor.act(obs([5, 6], counts))
