@@ -18,7 +18,7 @@ STOP_KEY = '__stop__'       # in an act reply: the env worker should exit
 # `add_batch`, `sample_batch_*`, `update`, `tran`, `add`) serve the workers.
 CONTROL_METHODS = (
     'status', 'pause', 'resume', 'drained', 'save', 'stop_learner',
-    'stop_envs', 'shutdown', 'release', 'abandon')
+    'stop_envs', 'shutdown', 'release', 'drain', 'abandon')
 
 DEFAULT_MAX_FRAME = 256 << 20  # Where run.max_frame is 0 and not derived.
 MIN_MAX_FRAME = 64 << 20

@@ -12,8 +12,10 @@ runs after `run.actor_flush` seconds) and answers each env worker before the
 transitions are sent on. `log/` keys of an observation go to the logger only.
 While the replay has not answered the last send (its limiter holds inserts
 back), the transitions of further batches wait and go on together, as one
-request to each role, when it answers (or when `hold_rows` rows wait): a
-busy replay gets fewer, larger requests, an idle one every batch at once.
+request to each role, when it answers: a busy replay gets fewer, larger
+requests, an idle one every batch at once. Once `hold_rows` rows wait, the
+next batch's send waits for the replay's answer, and with it the envs: so
+at most two sends' rows are on their way to the replay when a save drains.
 
 The server on `run.actor_addr` is the agent process's one server: the env
 workers and the launcher both know that address. The actor binds `act` on
@@ -125,8 +127,13 @@ class ActorRole:
         with self.outbox_lock:
             self.outbox.append(trans)
             self.outbox_rows += len(trans[0]['envid'])
-            if self.outbox_rows < self.hold_rows and self._replay_busy():
-                return
+            if self._replay_busy():
+                if self.outbox_rows < self.hold_rows:
+                    return
+                # One send at a time to a busy replay: a save's drain then
+                # waits for at most two sends' rows to pass the limiter, and
+                # the envs wait here (this postfn holds the act batches back).
+                self._wait_for_replay()
             self._send_outbox()
         self.settle()
 
@@ -181,6 +188,15 @@ class ActorRole:
                for k, v in totals.items()},
             'carries': len(self.carries),
         }
+
+    def _wait_for_replay(self):
+        """Waits until the replay answered the last send; gives up at
+        shutdown, as `_wait_for_room`."""
+        while self._replay_busy():
+            if self.closing.is_set():
+                raise RuntimeError('The actor shut down with transitions '
+                                   'still waiting for the replay.')
+            self.last_send.wait(0.1)
 
     def _wait_for_room(self):
         """Back-pressure: waits while `backlog` sends are in flight, as the

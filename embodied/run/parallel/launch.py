@@ -397,8 +397,10 @@ class _Launch:
         return int(self._call('logger', 'status')['step'])
 
     def _quiesce(self, timeout):
-        """Pauses the actor; True once everything it sent has arrived."""
+        """Pauses the actor; True once everything it sent has arrived. The
+        replay takes it without waiting for the learner (`drain`)."""
         self._call('actor', 'pause')
+        self._call('replay', 'drain', True)
         deadline = time.monotonic() + timeout
         while not self._call('actor', 'drained'):
             if time.monotonic() > deadline:
@@ -414,7 +416,7 @@ class _Launch:
             if not final:
                 print('Skipping this save: transitions did not arrive within '
                       f'{self.args.drain_timeout} s.', flush=True)
-                self._call('actor', 'resume')
+                self._resume()
                 return None
             print('Saving with transitions still in flight.', flush=True)
         step = self._tag() if tag is None else int(tag)
@@ -426,8 +428,12 @@ class _Launch:
             future.result()
         print(f'Saved checkpoints at step {step}.', flush=True)
         if not final:
-            self._call('actor', 'resume')
+            self._resume()
         return step
+
+    def _resume(self):
+        self._call('replay', 'drain', False)
+        self._call('actor', 'resume')
 
     def _stop(self, reason, failed=False):
         """Drains, saves and ends every worker in order. With `failed`, an

@@ -16,6 +16,8 @@ Limiter: `samples_per_insert = run.train_ratio / batch_length`, tolerance
 every insert, sample and release, and report after `run.wait_report` s.
 
 RPC methods served: the above, and for the launcher `status`, `save`,
+`drain` (while a save drains the actor, inserts skip the limiter, so that
+transitions on their way arrive without waiting for the learner),
 `release` (waits end: the run is stopping), `shutdown`.
 RPC methods called: logger `add` (replay metrics).
 
@@ -74,6 +76,7 @@ class ReplayRole:
             minsize=args.batch_size * replay_train.length)
         self.checkpoint = None
         self.released = threading.Event()
+        self.draining = threading.Event()  # See `drain`.
         self.lock = threading.Lock()  # Keeps saves apart from inserts and updates.
         # Notified after inserts, samples and the release, so that limiter
         # waits wake at once instead of at their next poll (`limiters.wait`).
@@ -116,11 +119,13 @@ class ReplayRole:
             need = min(len(envids) - done, self.insert_group)
             self.insert_need = need  # Before the wait checks: see _sampled.
             with elements.timer.section('replay_insert_wait'):
-                dur = self._wait(lambda: self._may_insert(need),
-                                 'Replay insert is waiting', limiter.state)
+                dur = self._wait(
+                    lambda: self.draining.is_set() or self._may_insert(need),
+                    'Replay insert is waiting', limiter.state)
             self.insert_need = 0
-            # Released at shutdown: insert anyway, so replay and logger agree.
-            released = dur is None
+            # Released at shutdown, or a save drains: insert anyway, so that
+            # replay and logger agree.
+            released = dur is None or self.draining.is_set()
             dur = dur or 0.0
             self._wait_sum('insert_wait_dur', dur)
             counts['insert_wait_seconds'] += dur
@@ -210,6 +215,17 @@ class ReplayRole:
                 print(f'Could not delete old {entry} chunk files: {e}',
                       flush=True)
         return int(tag)
+
+    def drain(self, on):
+        """While on (a save drains the actor), inserts skip the limiter:
+        the rows on their way arrive at once, not as the learner makes room
+        (the limiter still counts them, so the ratio holds over time)."""
+        if on:
+            self.draining.set()
+            self._notify()
+        else:
+            self.draining.clear()
+        return bool(on)
 
     def release(self):
         """Ends every wait: inserts skip the limiter, samples answer None."""
@@ -361,7 +377,8 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
 
     server = wiring.server(args, 'replay', 'Replay')
     for name in ('add_batch', 'sample_batch_train', 'sample_batch_report',
-                 'sample_batch_eval', 'update', 'status', 'save', 'release'):
+                 'sample_batch_eval', 'update', 'status', 'save', 'drain',
+                 'release'):
         server.bind(name, getattr(role, name))
     server.bind('shutdown', shutdown)
     server.start()

@@ -118,28 +118,43 @@ def test_transitions_go_to_replay_and_logger_after_the_reply():
 
 
 def test_send_waits_for_room_and_gives_up_when_closing():
-    replay = Client(hold=True)
-    actor, _, _ = make_actor(  # Backlog 8, every send goes at once.
-        replay=replay, actor_threads=1, hold_rows=1)
-    counts = 0
-    for _ in range(4):  # Two futures (replay, logger) per send.
+    logger = Client(hold=True)  # A logger that does not answer.
+    actor, replay, _ = make_actor(
+        logger=logger, actor_threads=1, hold_rows=1)  # Backlog 8.
+    counts, blocked = 0, None
+    for _ in range(actor.backlog + 1):
         _, trans = actor.act(obs([0], [counts]))
-        actor.send(trans)
         counts += 1
-    assert not actor.settle()  # The replay has not answered yet.
-    _, trans = actor.act(obs([0], [counts]))
-    blocked = threading.Thread(target=actor.send, args=(trans,), daemon=True)
-    blocked.start()
-    blocked.join(0.3)
-    assert blocked.is_alive()  # At the backlog: waits.
-    replay.pending[0].set_result({})
+        thread = threading.Thread(
+            target=actor.send, args=(trans,), daemon=True)
+        thread.start()
+        thread.join(0.3)
+        if thread.is_alive():
+            blocked = thread
+            break
+    assert blocked, 'no send waited for room'
+    assert len(logger.calls) <= actor.backlog  # At the backlog: waits.
+    sent = len(replay.calls)
+    logger.pending[0].set_result({})
     blocked.join(10)
-    assert not blocked.is_alive() and len(replay.calls) == 5
+    assert not blocked.is_alive() and len(replay.calls) == sent + 1
     # Full again; closing makes a waiting send give up.
-    _, trans = actor.act(obs([0], [counts + 1]))
+    _, trans = actor.act(obs([0], [counts]))
     actor.closing.set()
     with pytest.raises(RuntimeError, match='shut down'):
         actor.send(trans)
+
+
+def test_a_send_to_a_busy_replay_gives_up_when_closing():
+    replay = Client(hold=True)
+    actor, _, _ = make_actor(replay=replay, hold_rows=1)
+    _, trans = actor.act(obs([0], [0]))
+    actor.send(trans)  # The replay is idle: goes at once, and stays busy.
+    _, trans = actor.act(obs([0], [1]))
+    actor.closing.set()
+    with pytest.raises(RuntimeError, match='shut down'):
+        actor.send(trans)
+    assert len(replay.calls) == 1
 
 
 def test_sends_wait_while_the_replay_is_busy_and_go_on_as_one():
@@ -161,11 +176,19 @@ def test_sends_wait_while_the_replay_is_busy_and_go_on_as_one():
     assert joined['count'].tolist() == sent[1] + sent[2]  # In order.
     assert joined['envid'].tolist() == [5, 6, 5, 6]
     assert logger.calls[1][1]['count'].tolist() == sent[1] + sent[2]
-    # At `hold_rows` rows a send goes on although the replay is busy.
-    for counts in ([3, 3], [4, 4], [5, 5], [6, 6]):
+    # At `hold_rows` rows a send waits until the busy replay answers (one
+    # send at a time is on its way to a busy replay), then goes on.
+    for counts in ([3, 3], [4, 4], [5, 5]):
         _, trans = actor.act(obs([5, 6], counts))
         actor.send(trans)
-    assert len(replay.calls) == 3
+    _, trans = actor.act(obs([5, 6], [6, 6]))
+    waiting = threading.Thread(target=actor.send, args=(trans,), daemon=True)
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive() and len(replay.calls) == 2
+    replay.pending[1].set_result({})
+    waiting.join(10)
+    assert not waiting.is_alive() and len(replay.calls) == 3
     assert replay.calls[2][1]['count'].tolist() == [3, 3, 4, 4, 5, 5, 6, 6]
 
 

@@ -273,6 +273,33 @@ def test_limiter_holds_the_train_ratio(train_ratio):
         check_sequences(batch, [0, 1])
 
 
+def test_a_drain_lets_waiting_inserts_in_and_the_limiter_counts_them():
+    role = make_role(train_ratio=LENGTH)  # One sampled step per insert.
+    thread = threading.Thread(target=lambda: [
+        role.add_batch(rows([0], t)) for t in range(100)], daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: not role.limiter.want_insert() and role.status(
+            ).get('inserts') == role.limiter.size)
+        thread.join(0.2)
+        assert thread.is_alive()  # The limiter holds the inserts back.
+        role.drain(True)  # A save drains: the rows on their way go in.
+        thread.join(10)
+        assert not thread.is_alive()
+        assert role.status()['inserts'] == role.limiter.size == 100
+        role.drain(False)  # After the save the limiter holds again.
+        blocked = threading.Thread(
+            target=role.add_batch, args=(rows([0], 100),), daemon=True)
+        blocked.start()
+        blocked.join(0.2)
+        assert blocked.is_alive()
+        assert not role.limiter.want_insert()
+    finally:
+        role.release()
+        thread.join(10)
+        role.close()
+
+
 def test_release_ends_a_waiting_sample_with_none():
     role = make_role()
     result = []
