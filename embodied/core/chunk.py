@@ -142,8 +142,8 @@ class Chunk:
             if row is not None:
                 value = value[row]
             column = data.get(key)
-            if column is None:
-                column = self._new_column(key, value.dtype, value.shape)
+            if column is None:  # A key the first step lacked.
+                column = self.ensure(key, value.dtype, value.shape)
             column[length] = value
         self.length = length + 1
 
@@ -168,14 +168,6 @@ class Chunk:
             if key not in self.data:
                 self.data[key] = np.empty((self.size, *shape), dtype)
         self.data['stepid'][:] = make_stepids(self.uuid, self.size)
-
-    def _new_column(self, key, dtype, shape):
-        # A column that the first append creates gets every row from the
-        # appends before any row is read: it needs no zeros.
-        if self.length:
-            return self.ensure(key, dtype, shape)
-        column = self.data[key] = np.empty((self.size, *shape), dtype)
-        return column
 
     def trim(self):
         """Frees the rows beyond `length` (for a chunk closed before full)."""

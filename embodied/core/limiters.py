@@ -153,26 +153,18 @@ class SamplesPerInsert:
         return self._base + (
             self._credited * self.samples_per_insert - self._sampled)
 
-    def want_insert(self):
+    def want_insert(self, count=1):
+        """Whether `count` inserts in a row would all be allowed now (always
+        while under `minsize`). An inserter that waits for room for several
+        goes on in fewer, larger steps; for this to never block both sides
+        at once, `count - 1` must stay below `tolerance * (1 + 1 /
+        samples_per_insert)`, e.g. at most `tolerance / 2`."""
         with self._lock:
-            return self._want_insert()
+            return self._want_insert(count)
 
     def want_sample(self):
         with self._lock:
             return self._want_sample()
-
-    def want_inserts(self, count):
-        """Whether `count` inserts in a row would all be allowed now (the
-        first `count` of them while under `minsize`). An inserter that waits
-        for room for several goes on in fewer, larger steps; for this to
-        never block both sides at once, `count - 1` must stay below
-        `tolerance * (1 + 1 / samples_per_insert)`, e.g. at most
-        `tolerance / 2`."""
-        with self._lock:
-            if self._size < self.minsize or self.samples_per_insert <= 0:
-                return True
-            return (self._avail() + (count - 1) * self.samples_per_insert <
-                    self.max_avail)
 
     def insert(self, count=1):
         with self._lock:
@@ -183,26 +175,9 @@ class SamplesPerInsert:
         with self._lock:
             self._sampled += 1
 
-    def try_insert(self):
-        """Records an insert if one is allowed now; returns whether it did."""
-        with self._lock:
-            if not self._want_insert():
-                return False
-            self._insert()
-            return True
-
-    def try_sample(self):
-        """Records a sample if one is allowed now; returns whether it did."""
-        with self._lock:
-            if not self._want_sample():
-                return False
-            self._sampled += 1
-            return True
-
-    def try_inserts(self, count):
+    def try_insert(self, count=1):
         """Records up to `count` inserts, each only if allowed when its turn
-        comes (as `count` calls of `try_insert`, under one lock); returns how
-        many it recorded."""
+        comes, under one lock; returns how many it recorded."""
         with self._lock:
             taken = 0
             while taken < count and self._want_insert():
@@ -210,10 +185,9 @@ class SamplesPerInsert:
                 taken += 1
             return taken
 
-    def try_samples(self, count):
+    def try_sample(self, count=1):
         """Records up to `count` samples, each only if allowed when its turn
-        comes (as `count` calls of `try_sample`, under one lock); returns how
-        many it recorded."""
+        comes, under one lock; returns how many it recorded."""
         with self._lock:
             taken = 0
             while taken < count and self._want_sample():
@@ -221,10 +195,11 @@ class SamplesPerInsert:
                 taken += 1
             return taken
 
-    def _want_insert(self):
+    def _want_insert(self, count=1):
         if self._size < self.minsize or self.samples_per_insert <= 0:
             return True
-        return self._avail() < self.max_avail
+        room = self.max_avail - (count - 1) * self.samples_per_insert
+        return self._avail() < room
 
     def _want_sample(self):
         if self._size < self.minsize:

@@ -355,7 +355,8 @@ def compare(rows, results, old, rounds):
     steady = lambda ms: ', '.join(
         f"{m.get('steady_fps', float('nan')):.0f}" for m in ms)
     cpu = lambda ms: ', '.join(f"{1000 * m['cpu_per_step']:.2f}" for m in ms)
-    median = lambda ms, key: statistics.median(m[key] for m in ms)
+    median = lambda ms, key: statistics.median(
+        m.get(key, float('nan')) for m in ms)
     lines = [
         f'{rounds} alternating rounds, working tree against {old}; ratios '
         f'are of the medians (working tree / {old})', '',
@@ -372,15 +373,13 @@ def compare(rows, results, old, rounds):
                          f'{cpu(b) or "failed"} | – | {steady(a) or "failed"} '
                          f'| {steady(b) or "failed"} | – |')
             continue
-        ratio = lambda key: (
-            statistics.median(m.get(key, float('nan')) for m in b) /
-            statistics.median(m.get(key, float('nan')) for m in a))
         lines.append(
             f"| {kind} | {name} | {fps(a)} | {fps(b)} | "
             f"{median(b, 'env_fps') / median(a, 'env_fps'):.2f} | {cpu(a)} | "
             f"{cpu(b)} | "
             f"{median(b, 'cpu_per_step') / median(a, 'cpu_per_step'):.2f} | "
-            f"{steady(a)} | {steady(b)} | {ratio('steady_fps'):.2f} |")
+            f"{steady(a)} | {steady(b)} | "
+            f"{median(b, 'steady_fps') / median(a, 'steady_fps'):.2f} |")
     parallel = [name for kind, name, *_ in rows if kind == 'parallel'
                 and results[(old, name)] and results[('', name)]]
     measured = [m for name in parallel for tree in (old, '')

@@ -72,7 +72,7 @@ def test_valid_settings_never_block_both_sides(kwargs):
             limiter.sample()
 
 
-def test_want_inserts_tells_whether_that_many_inserts_would_pass():
+def test_want_insert_tells_whether_that_many_inserts_would_pass():
     for spi, tolerance in ((2.0, 3.0), (0.5, 8.0), (32 / 12, 32.0)):
         limiter = SamplesPerInsert(spi, tolerance=tolerance, minsize=3)
         rng = np.random.default_rng(0)
@@ -84,14 +84,14 @@ def test_want_inserts_tells_whether_that_many_inserts_would_pass():
                 while passed < count and probe.try_insert():
                     passed += 1
                 if limiter.size >= limiter.minsize:
-                    assert limiter.want_inserts(count) == (passed == count), (
+                    assert limiter.want_insert(count) == (passed == count), (
                         count, limiter.state())
             if limiter.want_insert() and (
                     not limiter.want_sample() or rng.random() < 0.5):
                 limiter.insert()
             else:
                 limiter.sample()
-    assert SamplesPerInsert(1, tolerance=1, minsize=5).want_inserts(100)
+    assert SamplesPerInsert(1, tolerance=1, minsize=5).want_insert(100)
 
 
 @pytest.mark.parametrize(
@@ -102,14 +102,11 @@ def test_inserts_waiting_for_room_for_half_the_tolerance_never_deadlock(
     count = max(1, int(limiter.tolerance // 2))
     rng = np.random.default_rng(0)
     for _ in range(3000):
-        can_insert = limiter.want_inserts(count)
+        can_insert = limiter.want_insert(count)
         can_sample = limiter.want_sample()
         assert can_insert or can_sample, limiter.state()
         if can_insert and (not can_sample or rng.random() < 0.5):
-            inserted = 0
-            while inserted < count and limiter.try_insert():
-                inserted += 1
-            assert inserted, limiter.state()
+            assert limiter.try_insert(count), limiter.state()
         else:
             limiter.sample()
 
@@ -158,7 +155,7 @@ def test_try_methods_check_and_record_atomically():
     assert limiter.state()['avail'] == -1
 
 
-def test_try_inserts_records_as_many_as_single_tries_would():
+def test_try_insert_records_as_many_as_single_tries_would():
     for count in (1, 3, 10):
         one = SamplesPerInsert(samples_per_insert=2, tolerance=2, minsize=2)
         many = SamplesPerInsert(samples_per_insert=2, tolerance=2, minsize=2)
@@ -166,7 +163,7 @@ def test_try_inserts_records_as_many_as_single_tries_would():
             singles = 0
             while singles < count and one.try_insert():
                 singles += 1
-            assert many.try_inserts(count) == singles
+            assert many.try_insert(count) == singles
             assert many.state() == one.state()
             one.sample()
             many.sample()
@@ -175,18 +172,18 @@ def test_try_inserts_records_as_many_as_single_tries_would():
     assert limiter.size == 5 and limiter.avail == 8
 
 
-def test_try_samples_records_as_many_as_single_tries_would():
+def test_try_sample_records_as_many_as_single_tries_would():
     for count in (1, 3, 10):
         one = SamplesPerInsert(samples_per_insert=2, tolerance=2, minsize=1)
         many = SamplesPerInsert(samples_per_insert=2, tolerance=2, minsize=1)
-        assert many.try_samples(count) == 0  # Under minsize.
+        assert many.try_sample(count) == 0  # Under minsize.
         for _ in range(3):
             one.insert()
             many.insert()
             singles = 0
             while singles < count and one.try_sample():
                 singles += 1
-            assert many.try_samples(count) == singles
+            assert many.try_sample(count) == singles
             assert many.state() == one.state()
 
 

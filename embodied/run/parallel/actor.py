@@ -14,8 +14,8 @@ While the replay has not answered the last send (its limiter holds inserts
 back), the transitions of further batches wait and go on together, as one
 request to each role, when it answers: a busy replay gets fewer, larger
 requests, an idle one every batch at once. Once `hold_rows` rows wait, the
-next batch's send waits for the replay's answer, and with it the envs: so
-at most two sends' rows are on their way to the replay when a save drains.
+next batch's send waits for the replay's answer, and with it the envs: at
+most one send is on its way to a busy replay, and `hold_rows` rows wait.
 
 The server on `run.actor_addr` is the agent process's one server: the env
 workers and the launcher both know that address. The actor binds `act` on
@@ -130,9 +130,9 @@ class ActorRole:
             if self._replay_busy():
                 if self.outbox_rows < self.hold_rows:
                     return
-                # One send at a time to a busy replay: a save's drain then
-                # waits for at most two sends' rows to pass the limiter, and
-                # the envs wait here (this postfn holds the act batches back).
+                # One send at a time to a busy replay: rather than piling up
+                # transitions, the envs wait (this postfn holds the act
+                # batches back).
                 self._wait_for_replay()
             self._send_outbox()
         self.settle()

@@ -119,24 +119,22 @@ class ReplayRole:
             need = min(len(envids) - done, self.insert_group)
             self.insert_need = need  # Before the wait checks: see _sampled.
             with elements.timer.section('replay_insert_wait'):
-                dur = self._wait(
-                    lambda: self.draining.is_set() or self._may_insert(need),
-                    'Replay insert is waiting', limiter.state)
+                dur = self._wait(lambda: self._may_insert(need),
+                                 'Replay insert is waiting', limiter.state)
             self.insert_need = 0
-            # Released at shutdown, or a save drains: insert anyway, so that
-            # replay and logger agree.
-            released = dur is None or self.draining.is_set()
+            # Released at shutdown: insert anyway, so replay and logger agree.
+            released = dur is None
             dur = dur or 0.0
             self._wait_sum('insert_wait_dur', dur)
             counts['insert_wait_seconds'] += dur
             counts['insert_waits'] += dur > 0
             with self.lock:  # As many as the limiter allows in one go.
                 before, rest = limiter.size, len(envids) - done
-                if released or not len(replay_train):
+                if released or self._unlimited():
                     limiter.insert(rest)
                     stop = len(envids)
                 else:
-                    stop = done + limiter.try_inserts(rest)
+                    stop = done + limiter.try_insert(rest)
                 counts['inserts_after_minsize'] += max(
                     0, limiter.size - max(before, limiter.minsize))
                 add_rows(replay_train,
@@ -276,10 +274,15 @@ class ReplayRole:
             self.changed.notify_all()
 
     def _may_insert(self, rows=1):
-        # The limiter's minsize counts inserts, but a sequence needs `length`
-        # steps of one env: with many envs the replay can still be empty. A
-        # sampler then waits for data, so inserts must not wait for it.
-        return self.limiter.want_inserts(rows) or not len(self.replay_train)
+        return self._unlimited() or self.limiter.want_insert(rows)
+
+    def _unlimited(self):
+        """Whether inserts skip the limiter (still counted by it): while a
+        save drains (`drain`), and while the replay is empty. The limiter's
+        minsize counts inserts, but a sequence needs `length` steps of one
+        env: with many envs the replay can still be empty, a sampler then
+        waits for data, and inserts must not wait for it."""
+        return self.draining.is_set() or not len(self.replay_train)
 
     def _sampled(self):
         """Wakes a waiting insert once the samples made room for it. An
@@ -301,7 +304,7 @@ class ReplayRole:
                                  'Replay sample is waiting', limiter.state)
                 if dur is None:
                     return None  # Shutting down; the learner stops on None.
-                needed -= limiter.try_samples(needed)
+                needed -= limiter.try_sample(needed)
                 self._sampled()  # The samples may let a waiting insert go on.
         # The limiter counts inserts of all envs: with more envs than
         # batch_size it can allow samples before any sequence is complete.

@@ -178,13 +178,21 @@ def test_other_streams_are_sampled_then_copied():
         ring and ring.close()
 
 
+def blocked_inserts(role, steps=100):
+    """A thread that adds `steps` steps of env 0 one request each, started
+    and returned once the limiter holds it back."""
+    thread = threading.Thread(target=lambda: [
+        role.add_batch(rows([0], t)) for t in range(steps)], daemon=True)
+    thread.start()
+    wait_until(lambda: not role.limiter.want_insert() and role.status(
+        ).get('inserts') == role.limiter.size)
+    return thread
+
+
 def test_inserts_wait_for_samples_past_minsize_and_tolerance():
     role = make_role(train_ratio=LENGTH)  # One sampled step per insert.
-    thread = threading.Thread(target=lambda: [
-        role.add_batch(rows([0], t)) for t in range(100)], daemon=True)
-    thread.start()
+    thread = blocked_inserts(role)
     try:
-        wait_until(lambda: not role.limiter.want_insert())
         thread.join(0.2)
         assert thread.is_alive()  # Blocked in add_batch.
         inserted = role.status()['inserts']
@@ -275,12 +283,9 @@ def test_limiter_holds_the_train_ratio(train_ratio):
 
 def test_a_drain_lets_waiting_inserts_in_and_the_limiter_counts_them():
     role = make_role(train_ratio=LENGTH)  # One sampled step per insert.
-    thread = threading.Thread(target=lambda: [
-        role.add_batch(rows([0], t)) for t in range(100)], daemon=True)
-    thread.start()
+    thread = blocked_inserts(role)
+    later = None
     try:
-        wait_until(lambda: not role.limiter.want_insert() and role.status(
-            ).get('inserts') == role.limiter.size)
         thread.join(0.2)
         assert thread.is_alive()  # The limiter holds the inserts back.
         role.drain(True)  # A save drains: the rows on their way go in.
@@ -288,16 +293,18 @@ def test_a_drain_lets_waiting_inserts_in_and_the_limiter_counts_them():
         assert not thread.is_alive()
         assert role.status()['inserts'] == role.limiter.size == 100
         role.drain(False)  # After the save the limiter holds again.
-        blocked = threading.Thread(
+        later = threading.Thread(
             target=role.add_batch, args=(rows([0], 100),), daemon=True)
-        blocked.start()
-        blocked.join(0.2)
-        assert blocked.is_alive()
-        assert not role.limiter.want_insert()
+        later.start()
+        later.join(0.2)
+        assert later.is_alive()
+        assert role.status()['inserts'] == 100
     finally:
         role.release()
-        thread.join(10)
+        for each in (thread, later):
+            each and each.join(10)
         role.close()
+    assert not later.is_alive()
 
 
 def test_release_ends_a_waiting_sample_with_none():
