@@ -94,16 +94,16 @@ def _offsets(layout):
 
 
 def _views(whole, layout, offsets, start):
-    """The arrays of a slot at byte `start` of the uint8 array `whole`."""
-    return {key: whole[begin:end].view(dtype).reshape(shape)
+    """The arrays of a slot at byte `start` of the uint8 array `whole`
+    (their base, which keeps it alive)."""
+    return {key: np.ndarray(shape, dtype, whole, begin)
             for key, dtype, shape, begin, end in _spans(layout, start)}
 
 
 @functools.lru_cache(maxsize=256)
 def _spans(layout, start):
     """(key, dtype, shape, first byte, end byte) of each array of a slot
-    at byte `start`: slicing a byte array is faster than a new ndarray
-    over the buffer."""
+    at byte `start`."""
     offsets, _ = _offsets(layout)
     spans = []
     for (key, dtype, shape), offset in zip(layout, offsets):
