@@ -20,8 +20,11 @@ batch latency (first request of a batch waiting to the reply), CPU seconds of
 the whole process tree per env step, and seconds from launch to the first env
 step. Each run is a command in its own logdir, stopped by `run.duration`.
 The env steps/s of the summary count the seconds of the final save and
-stop too; parallel rows also give the steady env steps/s, from the first
-progress line to the stop decision (read off the output as it comes).
+stop too, and the CPU per env step every process's start (imports), the
+final save and the stop; parallel rows also give the steady env steps/s and
+the steady CPU per env step, from the first progress line to the stop
+decision (read off the output as it comes; the CPU of the process tree,
+polled 4 times a second, interpolated to those moments).
 
 Side by side with a git revision (`--old REV`, e.g. `--old ebfdc8b`): the
 revision's tree is exported to a temporary folder and every row runs there
@@ -177,7 +180,7 @@ def plan(args):
 
 def measure_parallel(name, seconds, root, *flags):
     with tempfile.TemporaryDirectory() as tmp:
-        output, used, pid, lines = launch(
+        output, used, pid, lines, samples = launch(
             root, 'embodied.run.parallel', seconds, '--script', 'parallel',
             '--logdir', os.path.join(tmp, 'run'), *flags)
     cpu = sum(used.values())
@@ -194,15 +197,16 @@ def measure_parallel(name, seconds, root, *flags):
         cpu_per_step=cpu / max(1.0, steps),
         first_step=float(values['first_step_s']),
         steady_fps=steady_fps(lines),
+        steady_cpu_per_step=steady_cpu(lines, samples),
         roles={role: seconds / max(1.0, steps)
                for role, seconds in by_role(output, used, pid).items()})
 
 
-def steady_fps(lines):
-    """Env steps/s from the first `[Progress] step N/` line to the `at step
-    N: saving and stopping.` line, timed by when each line arrived: the
-    stepping alone, without start-up, final save and stop. NaN when the
-    output has not both."""
+def steady_window(lines):
+    """((time, step), (time, step)) of the first `[Progress] step N/` line
+    and the `at step N: saving and stopping.` line, timed by when each line
+    arrived: the stepping alone, without start-up, final save and stop.
+    None when the output has not both, a second apart."""
     start = stop = None
     for when, line in lines:
         if start is None:
@@ -214,14 +218,45 @@ def steady_fps(lines):
             stop = (when, int(match.group(1)))
             break
     if not (start and stop) or stop[0] - start[0] < 1.0:
+        return None
+    return start, stop
+
+
+def steady_fps(lines):
+    """Env steps/s over the `steady_window`; NaN without one."""
+    window = steady_window(lines)
+    if not window:
         return float('nan')
-    return (stop[1] - start[1]) / (stop[0] - start[0])
+    (t0, step0), (t1, step1) = window
+    return (step1 - step0) / (t1 - t0)
+
+
+def steady_cpu(lines, samples):
+    """CPU seconds of the process tree per env step over the
+    `steady_window`, from `samples` ((time, CPU seconds so far), in time
+    order) interpolated to its ends; NaN without a window or samples on
+    both sides of it."""
+    window = steady_window(lines)
+    if not window:
+        return float('nan')
+    (t0, step0), (t1, step1) = window
+    used = cpu_at(samples, t1) - cpu_at(samples, t0)
+    return used / max(1, step1 - step0)
+
+
+def cpu_at(samples, when):
+    """The CPU seconds at `when`, linear between the samples around it;
+    NaN outside them."""
+    for (ta, ca), (tb, cb) in zip(samples, samples[1:]):
+        if ta <= when <= tb:
+            return ca if tb == ta else ca + (cb - ca) * (when - ta) / (tb - ta)
+    return float('nan')
 
 
 def measure_train(name, seconds, root, *flags):
     with tempfile.TemporaryDirectory() as tmp:
         logdir = os.path.join(tmp, 'run')
-        output, used, _, _ = launch(
+        output, used, _, _, _ = launch(
             root, 'embodied.main', seconds, '--script', 'train',
             '--logdir', logdir, '--run.log_every', '2', *flags)
         cpu = sum(used.values())
@@ -246,8 +281,9 @@ MEASURE = {'parallel': measure_parallel, 'train': measure_train}
 def launch(root, module, seconds, *flags):
     """Runs a command of the tree at `root` for `seconds` of run.duration;
     returns its output, the CPU seconds of each process of its tree
-    ({pid: seconds}), the pid of its first process and its output lines
-    with the `time.monotonic()` each arrived at."""
+    ({pid: seconds}), the pid of its first process, its output lines with
+    the `time.monotonic()` each arrived at, and the tree's CPU seconds so
+    far at each poll, (`time.monotonic()`, seconds)."""
     flags = [str(x) for x in (*COMMON, '--run.steps', '1e9',
                               '--run.duration', seconds, *flags)]
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'JAX_PLATFORMS': 'cpu',
@@ -260,14 +296,15 @@ def launch(root, module, seconds, *flags):
     reader = threading.Thread(target=lambda: lines.extend(
         (time.monotonic(), line) for line in proc.stdout), daemon=True)
     reader.start()
-    used = track_cpu(proc, timeout=seconds + 180)
+    samples = []
+    used = track_cpu(proc, timeout=seconds + 180, samples=samples)
     reader.join(10)
     output = ''.join(line for _, line in lines)
     if proc.returncode != 0:
         raise RuntimeError(
             f'{module} in {root} exited with {proc.returncode}:\n'
             f'{output[-3000:]}')
-    return output, used, proc.pid, lines
+    return output, used, proc.pid, lines, samples
 
 
 ROLES = ('launcher', 'agent', 'replay', 'logger', 'env workers', 'other')
@@ -290,9 +327,10 @@ def by_role(output, used, launcher):
     return result
 
 
-def track_cpu(proc, timeout):
+def track_cpu(proc, timeout, samples=None):
     """Polls the process tree until it exits; returns the CPU seconds of
-    each of its processes ({pid: seconds})."""
+    each of its processes ({pid: seconds}). Appends (time, the tree's CPU
+    seconds so far) of each poll to `samples`, if given."""
     root = psutil.Process(proc.pid)
     used = {}
     deadline = time.monotonic() + timeout
@@ -309,6 +347,8 @@ def track_cpu(proc, timeout):
                     pass
         except psutil.NoSuchProcess:
             pass
+        if samples is not None:
+            samples.append((time.monotonic(), sum(used.values())))
         time.sleep(0.25)
     proc.wait()
     return used
@@ -332,18 +372,19 @@ def mean(values):
 
 HEADER = ('| runner | setting | env steps/s | train steps/s | '
           'policy batch ms | CPU ms/env step | launch→first step s | '
-          'steady env steps/s |')
+          'steady env steps/s | steady CPU ms/env step |')
 
 
 def format_row(row):
     return (f"| {row['runner']} | {row['name']} | {row['env_fps']:.0f} | "
             f"{row['train_fps']:.1f} | {row['latency_ms']:.2f} | "
             f"{1000 * row['cpu_per_step']:.2f} | {row['first_step']:.1f} | "
-            f"{row.get('steady_fps', float('nan')):.0f} |")
+            f"{row.get('steady_fps', float('nan')):.0f} | "
+            f"{1000 * row.get('steady_cpu_per_step', float('nan')):.3f} |")
 
 
 def markdown(rows):
-    lines = [HEADER, '|' + '---|' * 8]
+    lines = [HEADER, '|' + '---|' * 9]
     lines += [format_row(row) for row in rows]
     return '\n'.join(lines)
 
@@ -351,35 +392,41 @@ def markdown(rows):
 def compare(rows, results, old, rounds):
     """Per row: env steps/s and CPU ms per env step of every round at `old`
     and in the working tree, and the ratios of their medians."""
-    fps = lambda ms: ', '.join(f"{m['env_fps']:.0f}" for m in ms)
-    steady = lambda ms: ', '.join(
-        f"{m.get('steady_fps', float('nan')):.0f}" for m in ms)
-    cpu = lambda ms: ', '.join(f"{1000 * m['cpu_per_step']:.2f}" for m in ms)
+    def figures(key, scale=1, digits=0):
+        return lambda ms: ', '.join(
+            f"{scale * m.get(key, float('nan')):.{digits}f}" for m in ms)
+
+    fps = figures('env_fps')
+    steady = figures('steady_fps')
+    cpu = figures('cpu_per_step', 1000, 2)
+    steady_cpu = figures('steady_cpu_per_step', 1000, 3)
     median = lambda ms, key: statistics.median(
         m.get(key, float('nan')) for m in ms)
+    ratio = lambda a, b, key: f'{median(b, key) / median(a, key):.2f}'
     lines = [
         f'{rounds} alternating rounds, working tree against {old}; ratios '
         f'are of the medians (working tree / {old})', '',
         f'| runner | setting | env steps/s {old} | env steps/s working tree '
         f'| env steps/s ratio | CPU ms/env step {old} | CPU ms/env step '
         f'working tree | CPU ratio | steady env steps/s {old} | steady env '
-        f'steps/s working tree | steady ratio |',
-        '|' + '---|' * 11]
+        f'steps/s working tree | steady ratio | steady CPU ms/env step {old} '
+        f'| steady CPU ms/env step working tree | steady CPU ratio |',
+        '|' + '---|' * 14]
     for kind, name, *_ in rows:
         a, b = results[(old, name)], results[('', name)]
         if not (a and b):
-            lines.append(f'| {kind} | {name} | {fps(a) or "failed"} | '
-                         f'{fps(b) or "failed"} | – | {cpu(a) or "failed"} | '
-                         f'{cpu(b) or "failed"} | – | {steady(a) or "failed"} '
-                         f'| {steady(b) or "failed"} | – |')
+            cells = [f(ms) or 'failed' for f in (fps, cpu, steady, steady_cpu)
+                     for ms in (a, b)]
+            cells = [cells[i:i + 2] + ['–'] for i in range(0, 8, 2)]
+            lines.append(f'| {kind} | {name} | ' + ' | '.join(
+                c for group in cells for c in group) + ' |')
             continue
         lines.append(
             f"| {kind} | {name} | {fps(a)} | {fps(b)} | "
-            f"{median(b, 'env_fps') / median(a, 'env_fps'):.2f} | {cpu(a)} | "
-            f"{cpu(b)} | "
-            f"{median(b, 'cpu_per_step') / median(a, 'cpu_per_step'):.2f} | "
-            f"{steady(a)} | {steady(b)} | "
-            f"{median(b, 'steady_fps') / median(a, 'steady_fps'):.2f} |")
+            f"{ratio(a, b, 'env_fps')} | {cpu(a)} | {cpu(b)} | "
+            f"{ratio(a, b, 'cpu_per_step')} | {steady(a)} | {steady(b)} | "
+            f"{ratio(a, b, 'steady_fps')} | {steady_cpu(a)} | "
+            f"{steady_cpu(b)} | {ratio(a, b, 'steady_cpu_per_step')} |")
     parallel = [name for kind, name, *_ in rows if kind == 'parallel'
                 and results[(old, name)] and results[('', name)]]
     measured = [m for name in parallel for tree in (old, '')

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from embodied.perf import throughput
@@ -13,7 +14,7 @@ def measured(fps, cpu):
     roles['replay'], roles['launcher'] = cpu / 2000, 0.1
     return dict(runner='parallel', name='x', env_fps=fps, train_fps=0.0,
                 latency_ms=1.0, cpu_per_step=cpu / 1000, first_step=1.0,
-                roles=roles)
+                steady_cpu_per_step=cpu / 2000, roles=roles)
 
 
 def test_compare_gives_every_round_and_the_ratio_of_medians():
@@ -30,6 +31,8 @@ def test_compare_gives_every_round_and_the_ratio_of_medians():
     assert cells[2] == '100, 300, 200' and cells[3] == '330, 110, 220'
     assert cells[4] == '1.10'  # 220 / 200.
     assert cells[5] == '0.50, 0.50, 0.50' and cells[7] == '0.80'
+    assert cells[11:] == ['0.250, 0.250, 0.250', '0.200, 0.200, 0.200',
+                          '0.80']  # Steady CPU ms/env step, ratio.
     by_role = table.splitlines()[-1]
     assert table.splitlines()[-3] == '| setting | launcher | replay |'
     assert by_role == ('| random, 16 envs, 8/worker | 100.000 → 100.000 | '
@@ -98,3 +101,21 @@ def test_steady_rate_is_timed_from_the_first_progress_line_to_the_stop():
     assert throughput.steady_fps(lines) == (17000 - 1000) / (14.0 - 4.0)
     assert throughput.steady_fps(lines[:3]) != throughput.steady_fps(
         lines[:3])  # NaN: the run never decided to stop.
+
+
+def test_steady_cpu_counts_the_cpu_between_the_first_progress_line_and_the_stop():
+    lines = [
+        (0.0, 'Workers: Agent (pid 11).\n'),
+        (4.0, '[Progress] step 1000/1000000000 | elapsed 0:00:05\n'),
+        (14.0, 'Run duration reached at step 17000: saving and stopping.\n'),
+    ]
+    # Start-up takes 3 CPU seconds, the stepping 1.5 cores from 3.5 s on,
+    # the final save 6.5 s of CPU in the second after 13.5 s.
+    samples = [(0.0, 0.0), (2.0, 3.0), (3.5, 3.0), (4.5, 4.5), (13.5, 18.0),
+               (14.5, 24.5), (16.0, 25.0)]
+    assert throughput.cpu_at(samples, 4.0) == pytest.approx(3.75)
+    assert throughput.cpu_at(samples, 14.0) == pytest.approx(21.25)
+    assert throughput.steady_cpu(lines, samples) == pytest.approx(
+        (21.25 - 3.75) / 16000)
+    assert np.isnan(throughput.steady_cpu(lines, samples[:3]))  # Too short.
+    assert np.isnan(throughput.steady_cpu(lines[:2], samples))  # No stop.
