@@ -415,11 +415,10 @@ def compare(rows, results, old, rounds):
     for kind, name, *_ in rows:
         a, b = results[(old, name)], results[('', name)]
         if not (a and b):
-            cells = [f(ms) or 'failed' for f in (fps, cpu, steady, steady_cpu)
-                     for ms in (a, b)]
-            cells = [cells[i:i + 2] + ['–'] for i in range(0, 8, 2)]
-            lines.append(f'| {kind} | {name} | ' + ' | '.join(
-                c for group in cells for c in group) + ' |')
+            cells = []
+            for figure in (fps, cpu, steady, steady_cpu):
+                cells += [figure(a) or 'failed', figure(b) or 'failed', '–']
+            lines.append(f'| {kind} | {name} | ' + ' | '.join(cells) + ' |')
             continue
         lines.append(
             f"| {kind} | {name} | {fps(a)} | {fps(b)} | "

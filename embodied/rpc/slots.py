@@ -93,25 +93,21 @@ def _offsets(layout):
     return offsets, stride
 
 
-def _views(whole, layout, offsets, start):
+def _views(whole, layout, start):
     """The arrays of a slot at byte `start` of the uint8 array `whole`
     (their base, which keeps it alive)."""
     return {key: np.ndarray(shape, dtype, whole, begin)
-            for key, dtype, shape, begin, end in _spans(layout, start)}
+            for key, dtype, shape, begin in _spans(layout, start)}
 
 
 @functools.lru_cache(maxsize=256)
 def _spans(layout, start):
-    """(key, dtype, shape, first byte, end byte) of each array of a slot
-    at byte `start`."""
+    """(key, dtype, shape, first byte) of each array of a slot at byte
+    `start`."""
     offsets, _ = _offsets(layout)
-    spans = []
-    for (key, dtype, shape), offset in zip(layout, offsets):
-        dtype = np.dtype(dtype)
-        begin = start + offset
-        spans.append((key, dtype, shape, begin,
-                      begin + dtype.itemsize * math.prod(shape)))
-    return tuple(spans)
+    return tuple(
+        (key, np.dtype(dtype), shape, start + offset)
+        for (key, dtype, shape), offset in zip(layout, offsets))
 
 
 class SlotRing:
@@ -121,7 +117,7 @@ class SlotRing:
         assert layout and slots >= 1, (layout, slots)
         self.layout = tuple(layout)
         self.signature = signature(self.layout)
-        self.offsets, self.stride = _offsets(self.layout)
+        self.stride = slot_bytes(self.layout)
         _remove_stale(directory)
         fd, self.path = tempfile.mkstemp(
             prefix=f'{PREFIX}{os.getpid()}-', dir=directory)
@@ -177,7 +173,7 @@ class SlotRing:
         whole = np.frombuffer(
             self._map, np.uint8, self.stride, slot * self.stride)
         weakref.finalize(whole, self.release, slot)
-        return _views(whole, self.layout, self.offsets, 0)
+        return _views(whole, self.layout, 0)
 
     def unlink(self):
         """Removes the file's name; the memory lives on while mapped."""
@@ -279,10 +275,10 @@ class SlotWriter:
         whole, cache = entry
         views = cache.get((slot, expected))
         if views is None:
-            offsets, stride = _offsets(tuple(layout))
+            stride = slot_bytes(layout)
             if (slot + 1) * stride > len(whole):
                 return None
-            views = _views(whole, layout, offsets, slot * stride)
+            views = _views(whole, layout, slot * stride)
             # Kept with the mapping, which they keep open until it goes.
             cache[(slot, expected)] = views
         return views

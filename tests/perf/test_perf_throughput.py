@@ -46,6 +46,7 @@ def test_a_row_that_failed_in_one_tree_says_so():
     table = throughput.compare(rows, results, 'abc123', 1)
     assert '| parallel | dreamerv3 | failed | 10 | – | failed | 5.00 | – |' \
         in table
+    assert table.splitlines()[4].endswith('| failed | 2.500 | – |')
     assert 'by process' not in table  # No row to break down.
 
 
