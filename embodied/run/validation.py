@@ -20,20 +20,8 @@ import math
 import numbers
 import re
 
+from embodied.core.errors import BadValue
 from embodied.rpc import addresses
-
-
-class BadValue(ValueError):
-    """Config values that cannot work; the message names each key."""
-
-    def __init__(self, problems):
-        self.problems = list(problems)
-        if len(self.problems) == 1:
-            message = self.problems[0]
-        else:
-            message = 'Bad config values:\n' + '\n'.join(
-                f'  {p}' for p in self.problems)
-        super().__init__(message)
 
 
 # key: (check, what is allowed). A clock with every 0 never fires and with a
@@ -131,9 +119,8 @@ def check_config(config, replays=True):
     work: the runner args (see `check_args`, and `check_parallel` for the
     parallel script) and, with `replays` (scripts that build replays), the
     replay settings against the batches the replays must serve."""
-    from embodied.run import arguments  # Avoids an import cycle.
     problems = []
-    args = arguments.from_config(config)
+    args = {**config.run, **{key: config[key] for key in _GLOBALS}}
     try:
         check_args(args)
         if config.script == 'parallel':
