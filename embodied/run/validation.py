@@ -22,6 +22,7 @@ import re
 
 from embodied.core.errors import BadValue
 from embodied.rpc import addresses
+from embodied.run import replay_size
 
 
 # key: (check, what is allowed). A clock with every 0 never fires and with a
@@ -179,10 +180,10 @@ def _replay_size_problems(config):
     size = config.replay.size
     if not _number(size) or size <= 0:
         return [_problem('replay.size', size, 'a number of steps > 0')]
-    for capacity, name, length, consec in (
-            (size, 'train', 'batch_length', 'consec_train'),
-            (size / 10, 'eval', 'report_length', 'consec_report')):
-        steps = config[consec] * config[length] + config.replay_context
+    for name, length, consec in (
+            ('train', 'batch_length', 'consec_train'),
+            ('eval', 'report_length', 'consec_report')):
+        capacity, steps = replay_size.shape(config, name)
         need = config.batch_size * steps
         if capacity < need:
             problems.append(_problem(

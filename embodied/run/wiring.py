@@ -11,6 +11,7 @@ import portal
 
 from embodied import rpc
 from embodied.rpc import auth as authlib
+from embodied.run import replay_size
 
 STOP_KEY = '__stop__'       # in an act reply: the env worker should exit
 
@@ -60,12 +61,9 @@ def frame_limit(config, spaces):
     step = sum(
         math.prod(space.shape) * np.dtype(space.dtype).itemsize
         for space in spaces.values())
-    context = config.replay_context
     rows = max(
-        config.batch_size * (
-            config.consec_train * config.batch_length + context),
-        config.batch_size * (
-            config.consec_report * config.report_length + context),
+        config.batch_size * replay_size.shape(config, 'train')[1],
+        config.batch_size * replay_size.shape(config, 'eval')[1],
         config.run.envs + config.run.eval_envs)
     return int(max(MIN_MAX_FRAME, 4 * rows * step))
 
