@@ -25,7 +25,7 @@ from embodied.run import arguments
 from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
 from embodied.run import validation
-from embodied.run import wiring
+from embodied.run import connections
 
 SUITES = {
     'dummy': 'embodied.envs.dummy:Dummy',
@@ -62,7 +62,7 @@ def main(argv=None):
             replay_size.check_replay_fits(config, spaces)
             if not config.run.max_frame:
                 config = config.update({
-                    'run.max_frame': wiring.frame_limit(config, spaces)})
+                    'run.max_frame': connections.frame_limit(config, spaces)})
     except (UsageError, replay_size.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)

@@ -24,26 +24,9 @@ and their helpers: `link` (what actor and learner share, each field with
 its lock), `envpool` (restarting env workers), `remote_stream` (the
 learner's batch stream).
 
-Who serves each RPC method (one server per process, at its address):
-
-    address           method                          served by       caller
-    run.actor_addr    act                             ActorRole.act,  env workers
-                                                      then .send
-                      status pause resume drained     AgentControl    launcher
-                      save stop_learner stop_envs
-                      shutdown
-    run.replay_addr   add_batch                       ReplayRole      actor
-                      sample_batch_train/_report/     ReplayRole      learner
-                      _eval, update
-                      status save release             ReplayRole      launcher
-                      shutdown                        parallel_replay launcher
-    run.logger_addr   tran                            LoggerRole      actor
-                      add                             LoggerRole      learner,
-                                                                      replay
-                      abandon status save             LoggerRole      launcher
-                      replica_steps                   LoggerRole      learner
-                                                                      (replicas)
-                      shutdown                        parallel_logger launcher
+Who serves each RPC method: each role declares its methods once, in its
+`RPC` table ({method: who calls it}); `rpc_table()` lists them all, one
+server per process at its address, as docs/parallel.md shows them.
 
 Which thread of the agent process calls each agent method:
 
@@ -66,8 +49,8 @@ takes the same flags as `python -m embodied.main`.
 
 from embodied.run.parallel.actor import ActorRole
 from embodied.run.parallel.actor import parallel_actor
-from embodied.run.parallel.agent import AgentControl
-from embodied.run.parallel.agent import parallel_agent
+from embodied.run.parallel.agent_process import AgentControl
+from embodied.run.parallel.agent_process import parallel_agent
 from embodied.run.parallel.env import parallel_env
 from embodied.run.parallel.env import parallel_envs
 from embodied.run.parallel.launch import combined
@@ -78,3 +61,26 @@ from embodied.run.parallel.replay_server import ReplayRole
 from embodied.run.parallel.replay_server import add_rows
 from embodied.run.parallel.replay_server import parallel_replay
 from embodied.run.saving import resume_tag
+
+# The servers of a run: (address, role, the class whose `RPC` it serves).
+SERVERS = (
+    ('run.actor_addr', 'actor', ActorRole),
+    ('run.actor_addr', 'agent (`AgentControl`)', AgentControl),
+    ('run.replay_addr', 'replay', ReplayRole),
+    ('run.logger_addr', 'logger', LoggerRole),
+)
+
+
+def rpc_table():
+    """The RPC methods of every role as a markdown table: one row per
+    address, server and caller."""
+    lines = ['| address | method | served by | called by |',
+             '|---|---|---|---|']
+    for addr, role, cls in SERVERS:
+        callers = {}
+        for method, caller in cls.RPC.items():
+            callers.setdefault(caller, []).append(f'`{method}`')
+        for caller, methods in callers.items():
+            lines.append(
+                f'| `{addr}` | {", ".join(methods)} | {role} | {caller} |')
+    return '\n'.join(lines)

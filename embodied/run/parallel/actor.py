@@ -23,7 +23,7 @@ it; `parallel_agent` has the agent's control methods (`status`, `pause`,
 `resume`, `drained`, `save`, `stop_learner`, `stop_envs`, `shutdown`, see
 agent.py) bound next to it before it starts.
 
-RPC methods served: `act`.
+RPC methods served: `ActorRole.RPC`.
 RPC methods called: replay `add_batch`, logger `tran`.
 """
 
@@ -36,7 +36,7 @@ import numpy as np
 
 from embodied.core import checks
 from embodied.run import arguments
-from embodied.run import wiring
+from embodied.run import connections
 from embodied.run.parallel.link import link_of
 
 
@@ -53,6 +53,8 @@ class ActorRole:
     `flush()` sends transitions that wait for the replay; the actor's loop
     calls it every few milliseconds and `drained` before a save.
     """
+
+    RPC = {'act': 'env workers'}  # Its RPC method: who calls it.
 
     def __init__(self, agent, args, replay, logger, closing=None,
                  hold_rows=None):
@@ -246,17 +248,18 @@ def parallel_actor(agent, barrier, args):
         link.barrier.wait()  # No data before the learner restored.
     except threading.BrokenBarrierError:
         return 0  # The learner failed; the agent reports its error.
-    replay = wiring.connect(
+    replay = connections.connect(
         args, 'replay', 'ActorReplay', maxinflight=backlog(args))
-    logger = wiring.connect(
+    logger = connections.connect(
         args, 'logger', 'ActorLogger', maxinflight=backlog(args))
     try:
         actor = ActorRole(agent, args, replay, logger, link.shutdown)
-        server = wiring.server(
+        server = connections.server(
             args, 'actor', 'Actor', flush_after=args.actor_flush)
         try:
-            server.bind('act', actor.act, actor.send, batch=args.actor_batch,
-                        workers=args.actor_threads, check=_finite_obs)
+            connections.bind_role(server, actor, act=dict(
+                workfn=actor.act, postfn=actor.send, batch=args.actor_batch,
+                workers=args.actor_threads, check=_finite_obs))
             if link.bind_control:
                 link.bind_control(server, actor)
             server.start()

@@ -47,11 +47,11 @@ from embodied.run import progress
 from embodied.run import saving
 from embodied.run import stopping
 from embodied.run import validation
-from embodied.run import wiring
+from embodied.run import connections
 from embodied.run.parallel import env
 from embodied.run.parallel import envpool
-from embodied.run.parallel import roles
-from embodied.run.parallel.agent import parallel_agent
+from embodied.run.parallel import remote_roles
+from embodied.run.parallel.agent_process import parallel_agent
 from embodied.run.parallel.logger_server import parallel_logger
 from embodied.run.parallel.replay_server import parallel_replay
 
@@ -82,10 +82,10 @@ def combined(
         agent=make_agent, replay_train=make_replay_train,
         replay_eval=make_replay_eval, env_train=make_env_train,
         env_eval=make_env_eval, stream=make_stream, logger=make_logger)
-    factories = {k: wiring.dumps(v) for k, v in factories.items()}
-    origin = roles.secret_origin(args)
+    factories = {k: connections.dumps(v) for k, v in factories.items()}
+    origin = remote_roles.secret_origin(args)
     creds = _credentials(args)
-    for line in roles.start_lines(args, origin):
+    for line in remote_roles.start_lines(args, origin):
         print(line, flush=True)
     if creds:  # The workers get the data token, never the control token.
         args = args.update(secret=creds.for_workers().encode())
@@ -94,7 +94,7 @@ def combined(
     auto = any('{auto}' in str(args[k]) for k in ADDR_KEYS)
     for attempt in range(PORT_ATTEMPTS):
         filled = rpc.addresses.fill_auto(
-            {k: args[k] for k in ADDR_KEYS}, wiring.ipv6(args))
+            {k: args[k] for k in ADDR_KEYS}, connections.ipv6(args))
         launch = _Launch(
             factories, args.update(filled),
             handshake=creds and creds.handshake(control=True),
@@ -151,7 +151,7 @@ class _Launch:
 
     def __init__(self, factories, args, handshake=None, secret_origin=None):
         self.args = args
-        self.secret_origin = secret_origin  # See `roles.secret_origin`.
+        self.secret_origin = secret_origin  # See `remote_roles.secret_origin`.
         self.handshake = handshake  # The control token's, with run.auth.
         self.factories = factories
         self.group = rpc.Supervisor()
@@ -297,11 +297,11 @@ class _Launch:
         (`_check` ends the run if it dies), so a busy machine or a long
         compile is no error."""
         for role in ('logger', 'replay', 'actor'):
-            timeout = wiring.connect_timeout(self.args, role)
+            timeout = connections.connect_timeout(self.args, role)
             addr = self.args[f'{role}_addr']
             options = {'handshake': self.handshake} if self.handshake else {}
             client = rpc.Client(
-                rpc.addresses.client_addr(addr, wiring.ipv6(self.args)),
+                rpc.addresses.client_addr(addr, connections.ipv6(self.args)),
                 f'Launcher{role.title()}', logging=False, **options)
             begin = time.monotonic()
             next_report = begin + self.args.wait_report
@@ -311,7 +311,7 @@ class _Launch:
                 if timeout is not None and now - begin > timeout:
                     client.close(1)
                     if client.socket.refusal:
-                        hint = roles.secret_hint(self.args, self.secret_origin)
+                        hint = remote_roles.secret_hint(self.args, self.secret_origin)
                         raise rpc.Refused(
                             f'The {role} at {addr} kept refusing this '
                             f'command\'s run secret for {timeout} s '
@@ -361,7 +361,7 @@ class _Launch:
             self.progress.observe(step)
             if args.remote_envs and not status['env_steps'] and (
                     time.monotonic() - start > args.connect_timeout):
-                raise rpc.Unreachable(roles.no_envs_message(
+                raise rpc.Unreachable(remote_roles.no_envs_message(
                     args, self._call('actor', 'status'), self.secret_origin))
             reason = stopping.stop_reason(args, step, start, signal)
             if reason:

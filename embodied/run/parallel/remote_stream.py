@@ -7,7 +7,7 @@ import time
 import elements
 
 from embodied import rpc
-from embodied.run import wiring
+from embodied.run import connections
 
 
 RING_BYTES = 32 << 20
@@ -40,7 +40,7 @@ class RemoteStream:
         self.shared, self.prefetch = shared, prefetch
         self.asked_per_request = self.per_request = per_request
         self.ring = None
-        self.client = wiring.connect(
+        self.client = connections.connect(
             args, 'replay', f'LearnerReplay{source.title()}')
         self.call = functools.partial(
             self.client.call, f'sample_batch_{source}')

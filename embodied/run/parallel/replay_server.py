@@ -15,10 +15,10 @@ Limiter: `samples_per_insert = run.train_ratio / batch_length`, tolerance
 `4 * batch_size`, minimum size `batch_size * replay length`. Waits wake on
 every insert, sample and release, and report after `run.wait_report` s.
 
-RPC methods served: the above, and for the launcher `status`, `save`,
-`drain` (while a save drains the actor, inserts skip the limiter, so that
-transitions on their way arrive without waiting for the learner),
-`release` (waits end: the run is stopping), `shutdown`.
+RPC methods served: `ReplayRole.RPC`: the above, and for the launcher
+`status`, `save`, `drain` (while a save drains the actor, inserts skip the
+limiter, so that transitions on their way arrive without waiting for the
+learner), `release` (waits end: the run is stopping), `shutdown`.
 RPC methods called: logger `add` (replay metrics).
 
 Started as its own command (`--script parallel_replay`), the replay gives
@@ -41,10 +41,10 @@ from embodied import rpc
 from embodied.core import limiters
 from embodied.run import arguments
 from embodied.run import replay_files
+from embodied.run import learning
 from embodied.run import saving
-from embodied.run import timing
-from embodied.run import wiring
-from embodied.run.wiring import prefix
+from embodied.run import connections
+from embodied.run.learning import prefix
 
 
 class ReplayRole:
@@ -60,6 +60,12 @@ class ReplayRole:
     on `changed`; `release()` ends every wait (the run is stopping).
     `checkpoint` must be set before `save` is called.
     """
+
+    RPC = {  # Its RPC methods: who calls each.
+        'add_batch': 'actor', 'sample_batch_train': 'learner',
+        'sample_batch_report': 'learner', 'sample_batch_eval': 'learner',
+        'update': 'learner', **{name: connections.LAUNCHER for name in (
+            'status', 'save', 'drain', 'release', 'shutdown')}}
 
     def __init__(self, replay_train, replay_eval, make_stream, args):
         self.replay_train = replay_train
@@ -236,7 +242,7 @@ class ReplayRole:
         """The periodic metrics: limiter, counts, replay stats."""
         current = self.status()
         stats = {}
-        stats.update(timing.timer_metrics('timer/replay'))
+        stats.update(learning.timer_metrics('timer/replay'))
         with self.sums_lock:
             sums, self.sums = self.sums, {}
         stats.update(prefix(sums, 'limiter'))
@@ -340,13 +346,13 @@ class ReplayRole:
 def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     """Serves the train and eval replays, enforcing the train ratio."""
     args = arguments.normalize(args)
-    replay_train = wiring.loads(make_replay_train)()
-    replay_eval = wiring.loads(make_replay_eval)()
+    replay_train = connections.loads(make_replay_train)()
+    replay_eval = connections.loads(make_replay_eval)()
     for replay in (replay_train, replay_eval):
         if hasattr(replay, 'save_wait'):
             replay.save_wait = True  # A checkpoint must not outrun its files.
     role = ReplayRole(
-        replay_train, replay_eval, wiring.loads(make_stream), args)
+        replay_train, replay_eval, connections.loads(make_stream), args)
     role.checkpoint, tag = saving.resume_role(
         args, 'replay', replay=replay_train, replay_eval=replay_eval,
         limiter=role.limiter)
@@ -359,7 +365,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     # a launch's replay is a child of the launcher, which watches it.
     separate = multiprocessing.parent_process() is None
     try:
-        logger = wiring.connect(
+        logger = connections.connect(
             args, 'logger', 'ReplayLogger', separate=separate, maxinflight=4)
     except rpc.Unreachable as e:
         if not separate:
@@ -378,12 +384,8 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         logger.add(metrics()).result()  # Arrives before the logger's last write.
         done.set()
 
-    server = wiring.server(args, 'replay', 'Replay')
-    for name in ('add_batch', 'sample_batch_train', 'sample_batch_report',
-                 'sample_batch_eval', 'update', 'status', 'save', 'drain',
-                 'release'):
-        server.bind(name, getattr(role, name))
-    server.bind('shutdown', shutdown)
+    server = connections.server(args, 'replay', 'Replay')
+    connections.bind_role(server, role, shutdown=shutdown)
     server.start()
     lost = None  # Since when the logger has been unreachable.
     try:

@@ -10,9 +10,9 @@ import pytest
 
 from embodied import rpc
 from embodied.run import arguments
-from embodied.run import wiring
+from embodied.run import connections
 from embodied.run.parallel import link as linklib
-from embodied.run.parallel.agent import AgentControl
+from embodied.run.parallel.agent_process import AgentControl
 from embodied.run.parallel.launch import __file__ as LAUNCH_PATH
 
 from .test_actor_role import make_actor, obs
@@ -129,7 +129,7 @@ def test_pause_drained_stop_envs_and_shutdown(control):
     control.resume()
     assert not server.methods['act'].paused
     control.stop_envs()
-    assert server.methods['act'].fixed == {wiring.STOP_KEY: True}
+    assert server.methods['act'].fixed == {connections.STOP_KEY: True}
     control.shutdown()
     assert control.link.shutdown.is_set()
 
