@@ -96,7 +96,6 @@ class ReplayRole:
         self.sums = {}  # Limiter wait seconds since the last metrics.
         self.sums_lock = threading.Lock()
         self.slot_writer = rpc.slots.SlotWriter()
-        self._direct = direct_sampler(self.stream_train, replay_train)
         self.logged = {'inserts': 0.0, 'insert_waits': 0.0}
 
     # RPC methods.
@@ -166,20 +165,21 @@ class ReplayRole:
         return replies
 
     def _sample_into(self, target):
-        """A train batch written into the slot `target` names, with one copy
-        from the replay's chunks where the stream allows (`_direct`), else
-        sampled and then copied; the slot number, or the batch itself where
-        the slot cannot take it. None when released."""
-        direct = self._direct and self._direct()
-        views = direct and self.slot_writer.views(target, direct[0])
+        """A train batch written into the slot `target` names: made there
+        by the stream where it can (`layout`, `next_into`: one copy from the
+        replay's chunks), else made and then copied; the slot number, or the
+        batch itself where the slot cannot take it. None when released."""
+        layout = embodied.streams.layout(self.stream_train)
+        views = layout and self.slot_writer.views(target, layout)
         if not views:
             batch = self._sample_train()
             return batch if batch is None else self.slot_writer.write(
                 target, batch)
-        batch = self._sample_train(lambda: direct[1](views))
+        batch = self._sample_train(
+            lambda: embodied.streams.next_into(self.stream_train, views))
         if batch is None:
             return None
-        if batch['consec'] is not views['consec']:
+        if batch is not views:
             return self.slot_writer.write(target, batch)  # The spec grew.
         return int(target[1])
 
@@ -407,50 +407,6 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         role.slot_writer.close()
         logger.close(1)
     return 0
-
-
-def direct_sampler(stream, replay):
-    """For a train stream that is `make_stream`'s (one `Consec` cut, the
-    whole of each `replay.sample` batch, plus `consec` zeros): a function
-    that returns the batch layout and a sampler `fn(out)` that makes the
-    stream's next batch in the arrays `out` (see `Replay.sample`). None for
-    any other stream, whose batches are then copied after sampling."""
-    source = getattr(stream, 'source', None)
-    nextfn = getattr(source, 'nextfn', None)
-    if not (isinstance(stream, embodied.streams.Consec) and
-            isinstance(source, embodied.streams.Stateless) and
-            stream.consec == 1 and stream.contiguous and
-            stream.prefix + stream.length == getattr(replay, 'length', None)
-            and getattr(nextfn, 'func', None) == getattr(
-                replay, 'sample', None)
-            and hasattr(replay, 'layout') and len(nextfn.args) >= 1
-            and not nextfn.keywords):
-        return None
-    batch = nextfn.args[0]
-
-    def sample(out):
-        data = nextfn(out=out)
-        if data is not out:
-            data = dict(data)
-            data['consec'] = np.zeros(
-                (batch, replay.length), np.int32)
-        else:
-            out['consec'].fill(0)
-        return data
-
-    cache = [None, None]  # `replay.layout`'s answer and the slot layout.
-
-    def direct():
-        if stream.pending is not None:
-            return None  # A cut in progress (a restored position).
-        layout = replay.layout(batch)
-        if cache[0] is not layout:
-            cache[:] = layout, tuple(
-                (k, d.str, s) for k, d, s in layout) + (
-                ('consec', '<i4', (batch, replay.length)),)
-        return cache[1], sample
-
-    return direct
 
 
 def add_rows(replay, data, envids):

@@ -26,12 +26,12 @@ def wait_until(condition, timeout=30):
         time.sleep(0.005)
 
 
-def make_role(train_ratio=8, **kwargs):
+def make_role(train_ratio=8, stream=None, **kwargs):
     args = arguments.with_defaults(dict(
         logdir='/tmp/unused', batch_size=BATCH, batch_length=LENGTH,
         train_ratio=train_ratio, wait_report=60, **kwargs))
-    stream = lambda replay, mode: embodied.streams.Stateless(
-        replay.sample, BATCH, mode)
+    stream = stream or (lambda replay, mode: embodied.streams.Stateless(
+        replay.sample, BATCH, mode))
     return ReplayRole(embodied.replay.Replay(LENGTH, 10_000),
                       embodied.replay.Replay(LENGTH, 10_000), stream, args)
 
@@ -160,13 +160,19 @@ def test_slot_batches_of_a_grown_spec_are_sent_as_batches():
         ring and ring.close()
 
 
+def own_stream(replay, mode):
+    """A user's own stream: a generator, without `layout` or `next_into`."""
+    while True:
+        yield replay.sample(BATCH, mode)
+
+
 def test_other_streams_are_sampled_then_copied():
-    role = make_role(train_ratio=0)
+    role = make_role(train_ratio=0, stream=own_stream)
     ring = None
     try:
         for t in range(60):
             role.add_batch(rows([0, 1], t))
-        assert role._direct is None  # Not make_stream's Consec.
+        assert embodied.streams.layout(role.stream_train) is None
         ring, problem = rpc.slots.SlotRing.create(
             rpc.slots.layout_of(role.sample_batch_train()), 2)
         assert problem is None, problem
