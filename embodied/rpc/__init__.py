@@ -25,6 +25,8 @@ starts there.
 * `client`: portal's client on an event-driven socket loop; bounded
   connects and interruptible waits.
 * `slots`: large replies through shared memory on one machine.
+* `coalesce`: a sender that joins sends while its peer is busy, with
+  back-pressure.
 * `sync_client`: a client without a thread, for one call at a time.
 * `wire`: portal's message encoding with less CPU.
 * `workers`: processes and threads for the roles of a launch.
@@ -35,6 +37,7 @@ from . import addresses
 from . import auth
 from . import backoff
 from . import client
+from . import coalesce
 from . import server
 from . import slots
 from . import sockets
