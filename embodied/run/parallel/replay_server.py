@@ -7,7 +7,7 @@ train ratio with a samples-per-insert limiter.
                                 rest waits (limiter.want_insert)
     sample_batch_train(slots?)  waits for the limiter (want_sample), then a
                                 batch; into the learner's shared-memory
-                                slots when it names some (`rpc.slots`)
+                                slots when it names some (`rpc.channel`)
     sample_batch_report / sample_batch_eval   a batch once the replay has data
     update(replay context from agent.train)
 
@@ -29,6 +29,7 @@ with 69 (unreachable) or 77 (refused). A main run that stops in order calls
 """
 
 import collections
+import functools
 import multiprocessing
 import threading
 import time
@@ -95,7 +96,11 @@ class ReplayRole:
         self.counts = collections.Counter()
         self.sums = {}  # Limiter wait seconds since the last metrics.
         self.sums_lock = threading.Lock()
-        self.slot_writer = rpc.slots.SlotWriter()
+        self.channel = rpc.channel.Producer()  # Batches into slots.
+        self._train_layout = functools.partial(
+            embodied.streams.layout, self.stream_train)
+        self._sample_train_into = lambda views: self._sample_train(
+            lambda: embodied.streams.next_into(self.stream_train, views))
         self.logged = {'inserts': 0.0, 'insert_waits': 0.0}
 
     # RPC methods.
@@ -152,36 +157,13 @@ class ReplayRole:
 
     def sample_batch_train(self, target=None):
         """One batch once the limiter allows; with a `target` (the learner's
-        shared-memory slots, see `rpc.slots`), one batch per slot, answered
-        by slot numbers. None when released."""
-        if target is None:
-            return self._sample_train()
-        replies = []
-        for one in rpc.slots.split(target):
-            reply = self._sample_into(one)
-            if reply is None:
-                return None  # Shutting down; the learner stops on None.
-            replies.append(reply)
-        return replies
-
-    def _sample_into(self, target):
-        """A train batch written into the slot `target` names: made there
-        by the stream where it can (`layout`, `next_into`: one copy from the
-        replay's chunks), else made and then copied; the slot number, or the
-        batch itself where the slot cannot take it. None when released."""
-        layout = embodied.streams.layout(self.stream_train)
-        views = layout and self.slot_writer.views(target, layout)
-        if not views:
-            batch = self._sample_train()
-            return batch if batch is None else self.slot_writer.write(
-                target, batch)
-        batch = self._sample_train(
-            lambda: embodied.streams.next_into(self.stream_train, views))
-        if batch is None:
-            return None
-        if batch is not views:
-            return self.slot_writer.write(target, batch)  # The spec grew.
-        return int(target[1])
+        shared-memory slots, see `rpc.channel`), one batch per slot, made
+        there by the stream where it can (`layout`, `next_into`: one copy
+        from the replay's chunks), answered by slot numbers. None when
+        released."""
+        return self.channel.answer(
+            target, self._sample_train, self._train_layout,
+            self._sample_train_into)
 
     def sample_batch_report(self):
         """A batch of the train replay once it has data; None when released."""
@@ -261,7 +243,7 @@ class ReplayRole:
         return stats
 
     def close(self):
-        """Ends every wait and closes the replays (not `slot_writer`: a
+        """Ends every wait and closes the replays (not `channel`: a
         sample in flight may still write to it until the server closed)."""
         self.release()
         for replay in (self.replay_train, self.replay_eval):
@@ -404,7 +386,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     finally:
         role.close()
         server.close()
-        role.slot_writer.close()
+        role.channel.close()
         logger.close(1)
     return 0
 

@@ -342,14 +342,3 @@ def test_save_under_the_lock(tmp_path):
         role.lock, elements.Path(tmp_path))
     assert role.save(7.0) == 7 and role.checkpoint.saved == [7]
     role.close()
-
-
-def test_batches_per_request_keep_the_slot_ring_small():
-    from embodied.run.parallel import remote_stream as rs
-    debug_batch = 1_196_160  # 8 x 12 steps of the dummy env's obs.
-    per_request = rs.batches_per_request(debug_batch, prefetch=4)
-    assert 1 < per_request <= rs.MAX_PER_REQUEST
-    assert (per_request + 1) * 4 * debug_batch <= rs.RING_BYTES
-    assert rs.batches_per_request(1000, prefetch=4) == rs.MAX_PER_REQUEST
-    # A 16 x 64 batch of 64x64x3 images: one per request, 8 slots.
-    assert rs.batches_per_request(16 * 64 * 12288, prefetch=4) == 1
