@@ -9,11 +9,13 @@
     progress.
 
 One module per role, each opening with its loop and the RPC methods it
-serves and calls; each role's logic is an object whose methods are its RPC
-methods, and the module's tail binds it to a server:
+serves and calls; each role's logic is a class whose methods are its RPC
+methods, declared once in its `RPC` table ({method: who calls it}), and the
+module's tail binds it to a server (`connections.bind_role`):
 
-    launch.py          combined: the launcher, stop and save protocol
-    agent.py           parallel_agent, AgentControl: the agent process
+    launch.py          combined: starts the roles, decides stop and save
+    save_and_stop.py   the launcher's save and stop protocol
+    agent_process.py   parallel_agent, AgentControl: the agent process
     actor.py           parallel_actor, ActorRole: serves `act`
     learner.py         parallel_learner: trains from the replay's batches
     replay_server.py   parallel_replay, ReplayRole: replays and the limiter
@@ -22,25 +24,10 @@ methods, and the module's tail binds it to a server:
 
 and their helpers: `link` (what actor and learner share, each field with
 its lock), `envpool` (restarting env workers), `remote_stream` (the
-learner's batch stream).
-
-Who serves each RPC method: each role declares its methods once, in its
-`RPC` table ({method: who calls it}); `rpc_table()` lists them all, one
-server per process at its address, as docs/parallel.md shows them.
-
-Which thread of the agent process calls each agent method:
-
-    agent method                   thread
-    init_policy                    actor thread, once after the barrier
-    policy                         the `act` server's workers
-                                   (run.actor_threads of them)
-    load (restore)                 learner thread, before the barrier
-    init_train, init_report,       learner thread
-    stream, train, report,
-    policy_lag
-    save                           the `save` server thread (AgentControl),
-                                   under link.train_lock, never during
-                                   train or report
+learner's batch stream), `remote_roles` (roles started as separate
+commands). `rpc_table()` lists every role's RPC methods, as
+docs/parallel.md shows them; which thread of the agent process calls each
+agent method is the table atop `embodied/jax/agent.py`.
 
 Entry points keep the original's signatures. Every factory may be given as
 a callable or as its cloudpickled bytes. `python -m embodied.run.parallel`
