@@ -113,6 +113,10 @@ def parse(argv=None):
     """Turns the command line into a config, raising UsageError on bad input."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        argv, asked = replicaslib.requested(argv)
+    except replicaslib.BadReplicas as e:
+        raise UsageError(str(e)) from None
+    try:
         blocks = configlib.load_blocks()
         parsed, other = elements.Flags(configs=['defaults']).parse_known(argv)
         config = configlib.build(parsed.configs, blocks)
@@ -123,7 +127,8 @@ def parse(argv=None):
     config = config.update(logdir=config.logdir.format(
         timestamp=elements.timestamp()))
     try:
-        config, source = replicaslib.from_scheduler(config, os.environ)
+        config, source = replicaslib.from_scheduler(
+            config, os.environ, asked)
         replicaslib.check(config)
     except replicaslib.BadReplicas as e:
         raise UsageError(str(e)) from None
