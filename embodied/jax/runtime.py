@@ -163,7 +163,7 @@ def _devices(jax, platform):
         raise PlatformError(
             f"jax.platform is '{platform}' but JAX cannot use it here "
             f"({first}). Install the matching jax build (for NVIDIA GPUs: "
-            f"pip install -e '.[cuda13]', or '.[cuda12]' for drivers "
+            f"pip install '.[cuda13]', or '.[cuda12]' for drivers "
             f"before 580; docs/troubleshooting.md) or pass --jax.platform "
             f"cpu.") from None
 
