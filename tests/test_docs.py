@@ -56,35 +56,53 @@ def backticked(text):
     return re.findall(r'`([^`\s]+)`', text)
 
 
-def test_config_keys_named_in_the_docs_exist():
+def unknown_keys(text):
+    """Backticked `section.key` names in `text` that are no config key (nor
+    a mapping of keys, like `run.usage`)."""
     from embodied import config as configlib
     flat = set(configlib.build([]).flat)
     sections = {key.split('.', 1)[0] for key in flat if '.' in key}
     prefixes = {'.'.join(key.split('.')[:end]) for key in flat
                 for end in range(1, key.count('.') + 1)}
-    missing = []
-    for page in DOC_FILES:
-        for name in backticked(page.read_text()):
-            name = name.split('=', 1)[0].rstrip('.,:;')
-            head = name.split('.', 1)[0]
-            if head not in sections or '.' not in name or JAX_API.match(name):
-                continue
-            if name.endswith('.py') or not re.fullmatch(r'[\w.]+', name):
-                continue
-            if name not in flat and name not in prefixes:
-                missing.append(f'{page.name}: {name}')
+    unknown = []
+    for name in backticked(text):
+        name = name.split('=', 1)[0].rstrip('.,:;')
+        head = name.split('.', 1)[0]
+        if head not in sections or '.' not in name or JAX_API.match(name):
+            continue
+        if name.endswith('.py') or not re.fullmatch(r'[\w.]+', name):
+            continue
+        if name not in flat and name not in prefixes:
+            unknown.append(name)
+    return unknown
+
+
+def missing_paths(text):
+    """Backticked repository paths in `text` that do not exist."""
+    pattern = r'(?:embodied|configs|docs|examples|tests)/[\w./-]*\w|Dockerfile'
+    return [path for name in backticked(text)
+            for path in re.findall(rf'^(?:{pattern})$', name)
+            if not (launch.ROOT / path).exists()]
+
+
+def test_config_keys_named_in_the_docs_exist():
+    missing = [f'{page.name}: {name}' for page in DOC_FILES
+               for name in unknown_keys(page.read_text())]
     assert not missing, missing
 
 
 def test_repository_files_named_in_the_docs_exist():
-    missing = []
-    pattern = r'(?:embodied|configs|docs|examples|tests)/[\w./-]*\w|Dockerfile'
-    for page in DOC_FILES:
-        for name in backticked(page.read_text()):
-            for path in re.findall(rf'^(?:{pattern})$', name.split('::')[0]):
-                if not (launch.ROOT / path).exists():
-                    missing.append(f'{page.name}: {path}')
+    missing = [f'{page.name}: {path}' for page in DOC_FILES
+               for path in missing_paths(page.read_text())]
     assert not missing, missing
+
+
+def test_checks_catch_a_renamed_key_and_a_missing_file():
+    text = ('Set `run.envs` and `run.env_count`, see `rpc.auth`, '
+            '`jax.random.split`, `examples/slurm.sbatch` and '
+            '`examples/slurm-gone.sbatch`.')
+    assert unknown_keys(text) == ['run.env_count']
+    assert missing_paths(text) == ['examples/slurm-gone.sbatch']
 
 
 def test_key_reference_matches_the_yaml():
