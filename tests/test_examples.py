@@ -53,15 +53,19 @@ def test_one_node_recipe_runs_once_and_requeues_on_sigterm(
     assert re.search(r'^#SBATCH --ntasks=1$', script, re.M)
     proc = subprocess.Popen(
         ['bash', EXAMPLES / 'slurm-one-node.sbatch'],
-        env=fake_slurm(tmp_path), stdout=subprocess.PIPE, text=True)
+        env=fake_slurm(tmp_path), stdout=subprocess.PIPE, text=True,
+        start_new_session=True)
     try:
         wait_for(tmp_path / 'argv')
         assert (tmp_path / 'activated').exists()
         proc.send_signal(signal.SIGTERM)  # What Slurm sends before the limit.
         out, _ = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        try:  # The stand-in srun, should the script have left it behind.
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
     assert proc.returncode == 0, out
     assert (tmp_path / 'srun_term').exists()  # The run got the SIGTERM.
     assert (tmp_path / 'scontrol').read_text().split() == ['requeue', '42']
