@@ -94,8 +94,8 @@ def from_scheduler(config, environ, asked=None):
             f'would train on its own into the same logdir. To train one '
             f'agent across them, pass --replicas auto and '
             f'--jax.coordinator_address HOST:PORT (replica 0\'s host; see '
-            f'examples/slurm.sbatch). To train once, start one task: '
-            f'#SBATCH --ntasks=1, or srun --ntasks=1.')
+            f'examples/slurm.sbatch). To train once, start one task '
+            f'(#SBATCH --ntasks=1, or srun --ntasks=1) or pass --replicas 1.')
     if asked != 1:
         raise BadReplicas(
             f'--replicas is {asked} but this Slurm job step has '

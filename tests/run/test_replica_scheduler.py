@@ -31,6 +31,7 @@ def test_multi_task_step_without_a_request_is_refused(tmp_path, monkeypatch):
     assert '--replicas auto' in message
     assert '--jax.coordinator_address' in message
     assert '--ntasks=1' in message
+    assert '--replicas 1' in message
 
 
 @pytest.mark.parametrize('flags', [
