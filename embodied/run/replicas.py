@@ -34,13 +34,13 @@ def requested(argv):
     """Splits `--replicas auto` off the command line (`replicas` is an
     integer key). Returns the remaining arguments and what the command line
     asked for: 'auto', the count it gave, or None."""
-    rest, asked, args = [], None, list(argv)
-    while args:
-        arg = args.pop(0)
-        if arg == '--replicas' and args:
-            asked = args[0]
+    rest, asked, pending = [], None, list(argv)
+    while pending:
+        arg = pending.pop(0)
+        if arg == '--replicas' and pending:
+            asked = pending[0]
             if asked == AUTO:
-                args.pop(0)
+                pending.pop(0)
                 continue
         elif arg.startswith('--replicas='):
             asked = arg.split('=', 1)[1]
