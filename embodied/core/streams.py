@@ -162,7 +162,7 @@ class Consec(base.Stream):
     def next_into(self, out):
         if self.layout() is None:
             return super().next_into(out)
-        data = self.source.next_into(out)
+        data = next_into(self.source, out)
         if data is out:
             out['consec'].fill(0)
             return out
