@@ -10,8 +10,8 @@ back-pressure.
 first is the pacing peer's. While that peer has not answered the last send,
 further items are held, and go on together when it answers (at the next
 `put` or `flush(force=False)`), `join(held)` making one item of them (or
-several, should they not join; one held item as it is): a busy peer gets fewer, larger requests, an
-idle one every item at once. Once `hold` units (`size(item)` each) are
+several, should they not join; one held item as it is): a busy peer gets
+fewer, larger requests, an idle one every item at once. Once `hold` units (`size(item)` each) are
 held, `put` waits for the peer's answer, and with it its caller: at most
 one send is on its way to a busy peer. At most `backlog` sends are in
 flight, as a client's `maxinflight` would allow, but a wait gives up with

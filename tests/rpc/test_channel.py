@@ -112,6 +112,7 @@ def test_batches_per_request_keep_the_slot_ring_small():
     per_request = channel.batches_per_request(debug_batch, prefetch=4)
     assert 1 < per_request <= channel.MAX_PER_REQUEST
     assert (per_request + 1) * 4 * debug_batch <= channel.RING_BYTES
-    assert channel.batches_per_request(1000, prefetch=4) == channel.MAX_PER_REQUEST
+    assert channel.batches_per_request(1000, prefetch=4) == (
+        channel.MAX_PER_REQUEST)
     # A 16 x 64 batch of 64x64x3 images: one per request, 8 slots.
     assert channel.batches_per_request(16 * 64 * 12288, prefetch=4) == 1

@@ -22,7 +22,7 @@ The server on `run.actor_addr` is the agent process's one server: the env
 workers and the launcher both know that address. The actor binds `act` on
 it; `parallel_agent` has the agent's control methods (`status`, `pause`,
 `resume`, `drained`, `save`, `stop_learner`, `stop_envs`, `shutdown`, see
-agent.py) bound next to it before it starts.
+agent_process.py) bound next to it before it starts.
 
 RPC methods served: `ActorRole.RPC`.
 RPC methods called: replay `add_batch`, logger `tran`.

@@ -47,8 +47,8 @@ def parallel_envs(make_env, make_env_eval, args):
     does; for envs launched apart from `combined`."""
     args = arguments.normalize(args)
     pool = envpool.EnvPool(
-        specs(connections.dumps(make_env), connections.dumps(make_env_eval), args,
-              separate=True),
+        specs(connections.dumps(make_env), connections.dumps(make_env_eval),
+              args, separate=True),
         args.env_restarts)
     pool.start()
     with stopping.StopSignal() as stop:

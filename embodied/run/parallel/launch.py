@@ -249,7 +249,8 @@ class _Launch(save_and_stop.SaveAndStop):
                 if timeout is not None and now - begin > timeout:
                     client.close(1)
                     if client.socket.refusal:
-                        hint = remote_roles.secret_hint(self.args, self.secret_origin)
+                        hint = remote_roles.secret_hint(
+                            self.args, self.secret_origin)
                         raise rpc.Refused(
                             f'The {role} at {addr} kept refusing this '
                             f'command\'s run secret for {timeout} s '

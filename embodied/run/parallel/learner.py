@@ -15,7 +15,7 @@
                               and at the end)
 
 Batches arrive through `RemoteStream`s, prefetched; train batches through
-shared memory when the replay is on this machine (`rpc.slots`). Saves come
+shared memory when the replay is on this machine (`rpc.channel`). Saves come
 from the launcher through the agent's control (`AgentControl.save`, on a
 server thread), under `link.train_lock`.
 
@@ -78,7 +78,8 @@ def parallel_learner(agent, barrier, args):
             agent, args.from_checkpoint, args.from_checkpoint_regex)
     link.checkpoint = cp
 
-    logger = connections.connect(args, 'logger', 'LearnerLogger', maxinflight=4)
+    logger = connections.connect(
+        args, 'logger', 'LearnerLogger', maxinflight=4)
     updater = connections.connect(
         args, 'replay', 'LearnerReplayUpdater', maxinflight=8)
     link.barrier.wait()

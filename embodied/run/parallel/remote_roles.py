@@ -2,7 +2,7 @@
 its secret comes from, and the launcher's word when none arrived.
 
     remote_roles.start_lines(args, origin)      # printed once at the start
-    remote_roles.no_envs_message(args, status)  # the error when no env worker came
+    remote_roles.no_envs_message(args, status)  # no env worker came
 
 The command is this command's own line with `--script` replaced and the
 `run.remote_*` flags dropped, so every address and config flag matches.

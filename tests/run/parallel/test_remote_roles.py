@@ -168,7 +168,8 @@ def test_role_command_is_this_command_with_another_script():
         "--logdir 'A B'")
     assert '--run.remote' not in remote_roles.command(
         'parallel_envs', ['--script=parallel', '--run.remote_envs=True'])
-    assert remote_roles.command('parallel_envs', ['--configs', 'debug']) is None
+    assert remote_roles.command(
+        'parallel_envs', ['--configs', 'debug']) is None
 
 
 def test_refused_client_reports_once_backs_off_and_names_the_server(capsys):
