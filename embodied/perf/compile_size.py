@@ -18,7 +18,10 @@ Per program the table gives, with called functions inlined as XLA does:
 the number of `dot_general`, `convolution`, `while` and `custom_call` ops
 and of all ops; the number of distinct dot and convolution signatures
 (operand types and dimension numbers: each is a separate matmul or
-convolution the GPU autotuner times); how often the most repeated dot
+convolution the GPU autotuner times); the distinct dots in context (a dot
+signature with the ops that make its operands and use its result, which
+XLA may fuse into one kernel, so the same matmul in other surroundings is
+timed again); how often the most repeated dot
 signature occurs (Python loops unrolled into the program repeat the same
 matmul once per step, where `scan` has it once in a `while` body); the
 trip counts of the `while` loops; matmul and convolution flops counted
@@ -47,6 +50,7 @@ COLUMNS = (
     ('dot_general', 'dot_general', '{:,}'),
     ('dot_signatures', 'distinct dots', '{:,}'),
     ('dot_max_repeat', 'most repeated dot', '{:,}'),
+    ('dot_contexts', 'distinct dots in context', '{:,}'),
     ('convolution', 'convolution', '{:,}'),
     ('conv_signatures', 'distinct convs', '{:,}'),
     ('while', 'while', '{:,}'),
@@ -64,8 +68,9 @@ COLUMNS = (
 _OP = re.compile(
     r'^\s*(?:%[\w#:, %]+=\s*)?"?((?:stablehlo|chlo|mhlo|sdy|func)\.[a-z_0-9]+'
     r'|call)\b')
-_CALL = re.compile(r'\bcall @([\w.$-]+)\(')
-_FUNC = re.compile(r'^\s*func\.func\s+(?:public\s+|private\s+)?@([\w.$-]+)\(')
+_NAME = r'@("[^"]+"|[\w.$-]+)'  # A function's name, quoted if need be.
+_CALL = re.compile(r'\bcall ' + _NAME + r'\(')
+_FUNC = re.compile(r'^\s*func\.func\s+(?:public\s+|private\s+)?' + _NAME + r'\(')
 _CONST = re.compile(
     r'^\s*(%[\w#]+)\s*=\s*stablehlo\.constant\s+dense<(-?\d+)>\s*:\s*'
     r'tensor<i(?:32|64)>')
@@ -98,6 +103,19 @@ class _Function:
         self.calls = []  # (callee, multiplier)
         self.flops = 0.0  # dot and conv flops, loop bodies times trips
         self.trips = []
+        self.defs = {}  # SSA value -> what made it
+        self.users = collections.defaultdict(set)  # SSA value -> its users
+        self.dot_refs = []  # (signature, lhs, rhs, result) per dot
+
+    def dot_contexts(self):
+        """A dot with the ops that make its operands and use its result:
+        the elementwise ops XLA may fuse into it, so two dots of one
+        signature in different surroundings are separate fusions (an
+        approximation: XLA decides what fuses)."""
+        return collections.Counter(
+            (signature, self.defs.get(lhs, 'arg'), self.defs.get(rhs, 'arg'),
+             tuple(sorted(self.users.get(result, ()))))
+            for signature, lhs, rhs, result in self.dot_refs)
 
 
 def _dot_flops(signature):
@@ -119,6 +137,31 @@ def _conv_flops(signature):
     layout = [x.strip() for x in numbers.group(1).split(',')]
     outputs = kernel[layout.index('o')] if 'o' in layout else 1
     return 2.0 * math.prod(out) * math.prod(kernel) / max(1, outputs)
+
+
+def _value(name):
+    """The SSA value a use names (`%5#1` is a result of the op `%5`)."""
+    return name.split('#')[0]
+
+
+def _results(line):
+    match = re.match(r'^\s*(%[\w]+)(?::\d+)?\s*=', line)
+    return [match.group(1)] if match else [None]
+
+
+def _record_dataflow(fn, name, line):
+    what = name
+    if name == 'convert':
+        types = _TENSOR.findall(line)
+        if len(types) >= 2:
+            what = (f"convert {types[0].split('x')[-1]}->"
+                    f"{types[-1].split('x')[-1]}")
+    result = _results(line)[0]
+    if result:
+        fn.defs[result] = what
+    right = line.split('=', 1)[1] if result else line
+    for used in set(re.findall(r'%[\w]+', right.split(' : ')[0])):
+        fn.users[used].add(what)
 
 
 def _parse(text):
@@ -156,16 +199,22 @@ def _parse(text):
         op = match.group(1)
         multiplier = math.prod(t or 1 for _, t in loops)
         if op in ('func.call', 'call'):
+            _record_dataflow(current, 'call', line)
             callee = _CALL.search(line)
             if callee:
                 current.calls.append((callee.group(1), multiplier))
             continue
         name = op.split('.', 1)[1]
         current.ops[name] += 1
+        _record_dataflow(current, name, line)
         if name == 'dot_general':
-            signature = re.sub(r'^.*?dot_general\s+%[\w#:]+,\s*%[\w#:]+,?\s*',
-                               '', line).strip()
+            operands = re.search(
+                r'dot_general\s+(%[\w#]+),\s*(%[\w#]+)', line)
+            signature = line[operands.end():].lstrip(', ').strip()
             current.dots[signature] += 1
+            current.dot_refs.append((
+                signature, _value(operands.group(1)),
+                _value(operands.group(2)), _results(line)[0]))
             current.flops += multiplier * _dot_flops(signature)
         elif name == 'convolution':
             signature = re.sub(r'^.*?convolution\([^)]*\)\s*', '', line).strip()
@@ -189,21 +238,23 @@ def program_stats(text):
         fn = functions.get(name)
         if fn is None or name in stack:
             return (collections.Counter(), collections.Counter(),
-                    collections.Counter(), 0.0, [])
+                    collections.Counter(), collections.Counter(), 0.0, [])
         ops, dots, convs = fn.ops.copy(), fn.dots.copy(), fn.convs.copy()
+        contexts = fn.dot_contexts()
         flops, trips = fn.flops, list(fn.trips)
         for callee, multiplier in fn.calls:
-            cops, cdots, cconvs, cflops, ctrips = expand(
+            cops, cdots, cconvs, ccontexts, cflops, ctrips = expand(
                 callee, (*stack, name))
             ops.update(cops)
             dots.update(cdots)
             convs.update(cconvs)
+            contexts.update(ccontexts)
             flops += multiplier * cflops
             trips += ctrips
-        memo[name] = (ops, dots, convs, flops, trips)
+        memo[name] = (ops, dots, convs, contexts, flops, trips)
         return memo[name]
 
-    ops, dots, convs, flops, trips = expand(main)
+    ops, dots, convs, contexts, flops, trips = expand(main)
     return {
         'ops': sum(ops.values()),
         'dot_general': ops['dot_general'],
@@ -213,20 +264,24 @@ def program_stats(text):
         'dot_signatures': len(dots),
         'conv_signatures': len(convs),
         'dot_max_repeat': max(dots.values(), default=0),
+        'dot_contexts': len(contexts),
         'trips': ' '.join(str(t) for t in sorted(
             trips, key=lambda t: (isinstance(t, str), t))) or '–',
         'matmul_gflops': flops / 1e9,
         'op_counts': dict(ops.most_common()),
         'dot_list': dict(dots.most_common()),
         'conv_list': dict(convs.most_common()),
+        'context_list': [
+            [*key, count] for key, count in contexts.most_common()],
     }
 
 
 # Building the agent and exporting its programs (runs in a subprocess)
 
-def export_programs(flags):
+def export_programs(flags, texts=''):
     """Builds the agent from command-line `flags` on the CPU and returns
-    {program: stats} for its train and report functions lowered for cuda."""
+    {program: stats} for its train and report functions lowered for cuda;
+    with `texts`, writes their StableHLO to `<texts>/<program>.mlir`."""
     import jax
     import numpy as np
     from embodied import main as mainlib
@@ -250,7 +305,11 @@ def export_programs(flags):
         # What `jax.export.export(jitted, platforms=['cuda'])` lowers, with
         # XLA's cost analysis at hand.
         lowered = jitted.trace(*args).lower(lowering_platforms=('cuda',))
-        stats = program_stats(lowered.as_text())
+        text = lowered.as_text()
+        if texts:
+            pathlib.Path(texts).mkdir(parents=True, exist_ok=True)
+            (pathlib.Path(texts) / f'{name}.mlir').write_text(text)
+        stats = program_stats(text)
         cost = lowered.cost_analysis() or {}
         if isinstance(cost, list):
             cost = cost[0] if cost else {}
@@ -263,8 +322,8 @@ def export_programs(flags):
 
 
 def _worker(payload):
-    flags = json.loads(payload)
-    results = export_programs(flags)
+    flags, texts = json.loads(payload)
+    results = export_programs(flags, texts)
     print('RESULT ' + json.dumps(results), flush=True)
 
 
@@ -279,6 +338,9 @@ def main(argv=None):
                         help='also write the tables to this file')
     parser.add_argument('--details', default='',
                         help='also write every count and signature (JSON)')
+    parser.add_argument('--texts', default='',
+                        help='also write each StableHLO program to '
+                             '<texts>/<setup>/<program>.mlir')
     parser.add_argument('--worker', default='', help=argparse.SUPPRESS)
     args, extra = parser.parse_known_args(argv)
     if args.worker:
@@ -298,7 +360,10 @@ def main(argv=None):
             print(f'Skipping {name}: {reason}', flush=True)
         for name, (paths, agent_flags) in setups.items():
             print(f'Exporting {name} ...', flush=True)
-            results[name] = measure(paths, [*agent_flags, *flags], tmp)
+            texts = str(pathlib.Path(args.texts, name).resolve()) if (
+                args.texts) else ''
+            results[name] = measure(
+                paths, [*agent_flags, *flags], tmp, texts)
     table = render(results, args.configs)
     print(table)
     if args.markdown:
@@ -324,7 +389,7 @@ def make_setups(tmp):
     return setups, skipped
 
 
-def measure(paths, flags, scratch):
+def measure(paths, flags, scratch, texts=''):
     work = tempfile.mkdtemp(dir=scratch)
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(paths), JAX_PLATFORMS='cpu',
@@ -332,7 +397,7 @@ def measure(paths, flags, scratch):
     flags = [*flags, '--logdir', str(pathlib.Path(work) / 'logdir')]
     result = subprocess.run(
         [sys.executable, '-m', 'embodied.perf.compile_size', '--worker',
-         json.dumps(flags)],
+         json.dumps([flags, texts])],
         cwd=paths[0], env=env, capture_output=True, text=True, timeout=3600)
     lines = [x for x in result.stdout.splitlines() if x.startswith('RESULT ')]
     if result.returncode or not lines:
