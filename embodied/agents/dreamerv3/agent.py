@@ -160,11 +160,18 @@ class Agent(embodied.jax.Agent):
         return carry, outs, metrics
 
     def report(self, carry, data):
+        """The world model's losses and metrics on a report batch
+        ('loss/<name>' for the reconstructions, reward, continuation and the
+        KL terms). The actor-critic's losses, which come from imagination,
+        are left to `train`, whose metrics give them every update: imagining
+        from every report state would make the report program about as
+        large as the update's forward pass, at shapes the update does not
+        share (a separate set of matmuls for the GPU compiler to tune)."""
         if not self.config.report:
             return carry, {}
         start, obs, prevact, _ = self._apply_context(carry, data)
-        _, (dyncarry, _, metrics) = self.loss(
-            start, obs, prevact, training=False)
+        losses, metrics, dyncarry, _ = self._world_model(start, obs, prevact)
+        metrics.update({f'loss/{k}': v.mean() for k, v in losses.items()})
         carry = {
             'dyn': dyncarry,
             'prevact': {k: data[k][:, -1] for k in self.act_space}}
@@ -184,29 +191,8 @@ class Agent(embodied.jax.Agent):
         example and step."""
         cfg = self.config
         B, T = obs['is_first'].shape
-        losses, metrics = {}, {}
-
-        # World model
-        tokens = self.enc(obs)
-        dyncarry, feat = self.dyn.observe(
-            start, tokens, prevact, obs['is_first'])
-        kl, mets = self.dyn.kl_losses(feat)
-        losses.update(kl)
-        metrics.update(mets)
-        for key, dist in self.dec(feat).items():
-            target = obs[key]
-            if len(self.obs_space[key].shape) == 3:
-                target = target.astype(f32) / 255
-            elif not self.dec.vecspaces[key].discrete:
-                target = target.astype(f32)
-            losses[key] = dist.loss(target)
+        losses, metrics, dyncarry, feat = self._world_model(start, obs, prevact)
         featvec = flat_feat(feat)
-        rewinp = featvec if cfg.reward_grad else sg(featvec)
-        losses['rew'] = self.rew(nets.cast(rewinp), 2).loss(obs['reward'])
-        con = (~obs['is_terminal']).astype(f32)
-        if cfg.contdisc:
-            con *= 1 - 1 / cfg.horizon
-        losses['con'] = self.con(nets.cast(featvec), 2).loss(con)
 
         # Imagination from the last K replayed states
         K = min(cfg.imag_last or T, T)
@@ -242,6 +228,33 @@ class Agent(embodied.jax.Agent):
 
         entries = {k: feat[k] for k in LATENT_KEYS}
         return losses, metrics, dyncarry, entries
+
+    def _world_model(self, start, obs, prevact):
+        """(losses, metrics, carry, feat) of the world model on a replayed
+        sequence: the KL terms, reconstructions, reward and continuation."""
+        cfg = self.config
+        losses, metrics = {}, {}
+        tokens = self.enc(obs)
+        dyncarry, feat = self.dyn.observe(
+            start, tokens, prevact, obs['is_first'])
+        kl, mets = self.dyn.kl_losses(feat)
+        losses.update(kl)
+        metrics.update(mets)
+        for key, dist in self.dec(feat).items():
+            target = obs[key]
+            if len(self.obs_space[key].shape) == 3:
+                target = target.astype(f32) / 255
+            elif not self.dec.vecspaces[key].discrete:
+                target = target.astype(f32)
+            losses[key] = dist.loss(target)
+        featvec = flat_feat(feat)
+        rewinp = featvec if cfg.reward_grad else sg(featvec)
+        losses['rew'] = self.rew(nets.cast(rewinp), 2).loss(obs['reward'])
+        con = (~obs['is_terminal']).astype(f32)
+        if cfg.contdisc:
+            con *= 1 - 1 / cfg.horizon
+        losses['con'] = self.con(nets.cast(featvec), 2).loss(con)
+        return losses, metrics, dyncarry, feat
 
     def _apply_context(self, carry, data):
         """Splits off the replay context: the first `replay_context` steps
