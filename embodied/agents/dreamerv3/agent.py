@@ -30,8 +30,11 @@ def sample(dists):
 
 
 def flat_feat(feat):
+    """The latent state as one vector per step in the compute dtype, the
+    networks' input (each part cast before they are joined: the same
+    values as joining first, without a float32 copy of the whole)."""
     stoch = feat['stoch'].reshape((*feat['stoch'].shape[:-2], -1))
-    return jnp.concatenate([feat['deter'].astype(f32), stoch.astype(f32)], -1)
+    return jnp.concatenate([nets.cast(feat['deter']), nets.cast(stoch)], -1)
 
 
 class Agent(embodied.jax.Agent):
@@ -137,7 +140,7 @@ class Agent(embodied.jax.Agent):
         tokens = self.enc(obs)
         dyncarry, feat = self.dyn.observe_step(
             carry['dyn'], tokens, carry['prevact'], obs['is_first'])
-        act = sample(self.pol(nets.cast(flat_feat(feat)), 1))
+        act = sample(self.pol(flat_feat(feat), 1))
         out = {}
         if self.config.replay_context:
             out = {f'dyn/{k}': dyncarry[k] for k in LATENT_KEYS}
@@ -200,7 +203,7 @@ class Agent(embodied.jax.Agent):
         starts = {
             k: sg(feat[k][:, -K:]).reshape((B * K, *feat[k].shape[2:]))
             for k in LATENT_KEYS}
-        policyfn = lambda f: sample(self.pol(nets.cast(sg(flat_feat(f))), 1))
+        policyfn = lambda f: sample(self.pol(sg(flat_feat(f)), 1))
         _, imgfeat, imgact = self.dyn.imagine(starts, policyfn, H)
         first = {
             k: feat[k][:, -K:].reshape((B * K, 1, *feat[k].shape[2:]))
@@ -214,7 +217,7 @@ class Agent(embodied.jax.Agent):
             k: jnp.concatenate([imgact[k], lastact[k][:, None]], 1)
             for k in self.act_space}
         los, imgret, mets = self._imag_loss(
-            nets.cast(flat_feat(imgfeat)), imgact, training)
+            flat_feat(imgfeat), imgact, training)
         losses.update({k: v.mean(1).reshape((B, K)) for k, v in los.items()})
         metrics.update(mets)
 
@@ -222,7 +225,7 @@ class Agent(embodied.jax.Agent):
         if cfg.repval_loss:
             repinp = featvec if cfg.repval_grad else sg(featvec)
             losses['repval'] = self._repl_loss(
-                nets.cast(repinp[:, -K:]),
+                repinp[:, -K:],
                 {k: obs[k][:, -K:] for k in ('is_last', 'is_terminal', 'reward')},
                 imgret[:, 0].reshape((B, K)), training)
 
@@ -249,11 +252,11 @@ class Agent(embodied.jax.Agent):
             losses[key] = dist.loss(target)
         featvec = flat_feat(feat)
         rewinp = featvec if cfg.reward_grad else sg(featvec)
-        losses['rew'] = self.rew(nets.cast(rewinp), 2).loss(obs['reward'])
+        losses['rew'] = self.rew(rewinp, 2).loss(obs['reward'])
         con = (~obs['is_terminal']).astype(f32)
         if cfg.contdisc:
             con *= 1 - 1 / cfg.horizon
-        losses['con'] = self.con(nets.cast(featvec), 2).loss(con)
+        losses['con'] = self.con(featvec, 2).loss(con)
         return losses, metrics, dyncarry, feat
 
     def _apply_context(self, carry, data):
