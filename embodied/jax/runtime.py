@@ -19,6 +19,13 @@ DTYPES = ('auto', 'float32', 'bfloat16')  # float16 would need loss scaling
 
 CACHE_OFF = 'off'  # $EMBODIED_JAX_CACHE value that turns the cache off
 CACHE_GB = 4  # default bound of the cache folder
+# The XLA caches JAX keeps inside its persistent cache folder: the GPU
+# autotuner's results per fusion, so a program that misses the cache (a
+# new shape, an edited model) still skips timing the matmuls and
+# convolutions it shares with earlier ones. Not 'all': that adds XLA's
+# kernel cache, which JAX leaves off by default for a naming conflict with
+# its own cache.
+XLA_CACHES = 'xla_gpu_per_fusion_autotune_cache_dir'
 
 _lock = threading.Lock()
 _applied = {}
@@ -237,7 +244,8 @@ def _enable_cache(jax, logdir):
     ahead of time, so reruns load them instead of compiling. Where the
     `filelock` package is installed, the least recently used entries go once
     it holds more than $EMBODIED_JAX_CACHE_GB (default 4) GiB; without it
-    JAX cannot evict and the folder grows until deleted.
+    JAX cannot evict and the folder grows until deleted. On a GPU the folder
+    also keeps the autotuner's results (see `_enable_xla_caches`).
     """
     current = jax.config.jax_compilation_cache_dir
     if current:
@@ -260,11 +268,22 @@ def _enable_cache(jax, logdir):
         jax.config.update('jax_compilation_cache_dir', path)
         jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
         jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+        _enable_xla_caches(jax)
         if importlib.util.find_spec('filelock'):  # JAX evicts only with it
             jax.config.update(
                 'jax_compilation_cache_max_size', _cache_bytes())
         return path
     return ''
+
+
+def _enable_xla_caches(jax):
+    """Keeps XLA's autotuning results in the cache folder (`XLA_CACHES`),
+    where this JAX has the option and $JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES
+    does not choose otherwise."""
+    name = 'jax_persistent_cache_enable_xla_caches'
+    if name not in jax.config.values or name.upper() in os.environ:
+        return
+    jax.config.update(name, XLA_CACHES)
 
 
 def _cache_bytes():

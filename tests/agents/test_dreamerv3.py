@@ -157,7 +157,13 @@ def test_train_outputs_replay_context_and_metrics(agent, config):
     assert {'loss/dyn', 'loss/rep', 'loss/policy', 'rand/action'} <= set(metrics)
     _, report = agent.report(agent.init_report(B), make_batch(
         config, config.report_length))
-    assert 'loss/vector' in report
+    # The world model's losses; the actor-critic's come with train().
+    losses = {k for k in report if k.startswith('loss/')}
+    assert losses == {
+        'loss/dyn', 'loss/rep', 'loss/rew', 'loss/con', 'loss/vector'}
+    assert {'dyn_ent', 'rep_ent'} <= set(report)
+    for key, value in report.items():
+        assert np.isfinite(value).all(), key
 
 
 def test_world_model_loss_halves_on_fixed_batch(agent, config):

@@ -1,7 +1,9 @@
 """The JAX agent base, on a toy model that compiles in moments."""
 
+import os
 import threading
 import time
+import types
 
 import elements
 import jax
@@ -12,6 +14,7 @@ import pytest
 
 import embodied
 import embodied.jax
+from embodied.jax import runtime as runtimelib
 
 OBS = {
     'x': elements.Space(np.float32, (3,)),
@@ -116,6 +119,42 @@ def test_runtime_defaults_to_float32_on_cpu_and_caches(agent):
     assert agent.runtime.compute_dtype == jnp.float32
     assert agent.runtime.cache_dir
     assert jax.config.jax_compilation_cache_dir == agent.runtime.cache_dir
+    option = 'jax_persistent_cache_enable_xla_caches'
+    if option in jax.config.values and option.upper() not in os.environ:
+        # The GPU autotuner's results are kept in the cache folder too.
+        assert getattr(jax.config, option) == runtimelib.XLA_CACHES
+
+
+class _Config:
+    """A stand-in for `jax.config` with the given options."""
+
+    def __init__(self, **values):
+        self.values = dict(values)
+
+    def update(self, name, value):
+        self.values[name] = value
+
+
+@pytest.mark.parametrize('has_option', [True, False])
+def test_xla_caches_are_enabled_where_jax_has_the_option(
+        monkeypatch, has_option):
+    option = 'jax_persistent_cache_enable_xla_caches'
+    monkeypatch.delenv(option.upper(), raising=False)
+    values = {option: None} if has_option else {}
+    fake = types.SimpleNamespace(config=_Config(**values))
+    runtimelib._enable_xla_caches(fake)
+    if has_option:
+        assert fake.config.values == {option: runtimelib.XLA_CACHES}
+    else:  # An older JAX: nothing set, no error.
+        assert fake.config.values == {}
+
+
+def test_xla_caches_chosen_in_the_environment_are_kept(monkeypatch):
+    option = 'jax_persistent_cache_enable_xla_caches'
+    monkeypatch.setenv(option.upper(), 'all')
+    fake = types.SimpleNamespace(config=_Config(**{option: 'all'}))
+    runtimelib._enable_xla_caches(fake)
+    assert fake.config.values == {option: 'all'}
 
 
 def test_policy_casts_obs_and_returns_numpy(agent):

@@ -11,7 +11,8 @@ encoder/decoder types other than `simple`, dynamics other than `rssm`,
 `policy_dist_disc` other than `categorical`, `policy_dist_cont` other than
 `bounded_normal`, `report_gradnorms True`; `jax.compute_dtype float16` (it
 would need loss scaling) and `jax.coordinator_address` (multi-host) raise in
-`embodied.jax`. Reports hold the loss metrics; they do not render open-loop
+`embodied.jax`. Reports hold the world model's loss metrics (the
+actor-critic's come with every update); they do not render open-loop
 videos.
 """
 

@@ -30,8 +30,11 @@ def sample(dists):
 
 
 def flat_feat(feat):
+    """The latent state as one vector per step in the compute dtype, the
+    networks' input (each part cast before they are joined: the same
+    values as joining first, without a float32 copy of the whole)."""
     stoch = feat['stoch'].reshape((*feat['stoch'].shape[:-2], -1))
-    return jnp.concatenate([feat['deter'].astype(f32), stoch.astype(f32)], -1)
+    return jnp.concatenate([nets.cast(feat['deter']), nets.cast(stoch)], -1)
 
 
 class Agent(embodied.jax.Agent):
@@ -137,7 +140,7 @@ class Agent(embodied.jax.Agent):
         tokens = self.enc(obs)
         dyncarry, feat = self.dyn.observe_step(
             carry['dyn'], tokens, carry['prevact'], obs['is_first'])
-        act = sample(self.pol(nets.cast(flat_feat(feat)), 1))
+        act = sample(self.pol(flat_feat(feat), 1))
         out = {}
         if self.config.replay_context:
             out = {f'dyn/{k}': dyncarry[k] for k in LATENT_KEYS}
@@ -160,11 +163,18 @@ class Agent(embodied.jax.Agent):
         return carry, outs, metrics
 
     def report(self, carry, data):
+        """The world model's losses and metrics on a report batch
+        ('loss/<name>' for the reconstructions, reward, continuation and the
+        KL terms). The actor-critic's losses, which come from imagination,
+        are left to `train`, whose metrics give them every update: imagining
+        from every report state would make the report program about as
+        large as the update's forward pass, at shapes the update does not
+        share (a separate set of matmuls for the GPU compiler to tune)."""
         if not self.config.report:
             return carry, {}
         start, obs, prevact, _ = self._apply_context(carry, data)
-        _, (dyncarry, _, metrics) = self.loss(
-            start, obs, prevact, training=False)
+        losses, metrics, dyncarry, _ = self._world_model(start, obs, prevact)
+        metrics.update({f'loss/{k}': v.mean() for k, v in losses.items()})
         carry = {
             'dyn': dyncarry,
             'prevact': {k: data[k][:, -1] for k in self.act_space}}
@@ -184,9 +194,49 @@ class Agent(embodied.jax.Agent):
         example and step."""
         cfg = self.config
         B, T = obs['is_first'].shape
-        losses, metrics = {}, {}
+        losses, metrics, dyncarry, feat = self._world_model(start, obs, prevact)
+        featvec = flat_feat(feat)
 
-        # World model
+        # Imagination from the last K replayed states
+        K = min(cfg.imag_last or T, T)
+        H = cfg.imag_length
+        starts = {
+            k: sg(feat[k][:, -K:]).reshape((B * K, *feat[k].shape[2:]))
+            for k in LATENT_KEYS}
+        policyfn = lambda f: sample(self.pol(sg(flat_feat(f)), 1))
+        _, imgfeat, imgact = self.dyn.imagine(starts, policyfn, H)
+        first = {
+            k: feat[k][:, -K:].reshape((B * K, 1, *feat[k].shape[2:]))
+            for k in LATENT_KEYS}
+        first = first if cfg.ac_grads else sg(first)
+        imgfeat = {
+            k: jnp.concatenate([first[k], sg(imgfeat[k])], 1)
+            for k in LATENT_KEYS}
+        lastact = policyfn({k: v[:, -1] for k, v in imgfeat.items()})
+        imgact = {
+            k: jnp.concatenate([imgact[k], lastact[k][:, None]], 1)
+            for k in self.act_space}
+        los, imgret, mets = self._imag_loss(
+            flat_feat(imgfeat), imgact, training)
+        losses.update({k: v.mean(1).reshape((B, K)) for k, v in los.items()})
+        metrics.update(mets)
+
+        # Replay value loss, bootstrapped from the imagined returns
+        if cfg.repval_loss:
+            repinp = featvec if cfg.repval_grad else sg(featvec)
+            losses['repval'] = self._repl_loss(
+                repinp[:, -K:],
+                {k: obs[k][:, -K:] for k in ('is_last', 'is_terminal', 'reward')},
+                imgret[:, 0].reshape((B, K)), training)
+
+        entries = {k: feat[k] for k in LATENT_KEYS}
+        return losses, metrics, dyncarry, entries
+
+    def _world_model(self, start, obs, prevact):
+        """(losses, metrics, carry, feat) of the world model on a replayed
+        sequence: the KL terms, reconstructions, reward and continuation."""
+        cfg = self.config
+        losses, metrics = {}, {}
         tokens = self.enc(obs)
         dyncarry, feat = self.dyn.observe(
             start, tokens, prevact, obs['is_first'])
@@ -202,46 +252,12 @@ class Agent(embodied.jax.Agent):
             losses[key] = dist.loss(target)
         featvec = flat_feat(feat)
         rewinp = featvec if cfg.reward_grad else sg(featvec)
-        losses['rew'] = self.rew(nets.cast(rewinp), 2).loss(obs['reward'])
+        losses['rew'] = self.rew(rewinp, 2).loss(obs['reward'])
         con = (~obs['is_terminal']).astype(f32)
         if cfg.contdisc:
             con *= 1 - 1 / cfg.horizon
-        losses['con'] = self.con(nets.cast(featvec), 2).loss(con)
-
-        # Imagination from the last K replayed states
-        K = min(cfg.imag_last or T, T)
-        H = cfg.imag_length
-        starts = {
-            k: sg(feat[k][:, -K:]).reshape((B * K, *feat[k].shape[2:]))
-            for k in LATENT_KEYS}
-        policyfn = lambda f: sample(self.pol(nets.cast(sg(flat_feat(f))), 1))
-        _, imgfeat, imgact = self.dyn.imagine(starts, policyfn, H)
-        first = {
-            k: feat[k][:, -K:].reshape((B * K, 1, *feat[k].shape[2:]))
-            for k in LATENT_KEYS}
-        first = first if cfg.ac_grads else sg(first)
-        imgfeat = {
-            k: jnp.concatenate([first[k], sg(imgfeat[k])], 1)
-            for k in LATENT_KEYS}
-        lastact = policyfn({k: v[:, -1] for k, v in imgfeat.items()})
-        imgact = {
-            k: jnp.concatenate([imgact[k], lastact[k][:, None]], 1)
-            for k in self.act_space}
-        los, imgret, mets = self._imag_loss(
-            nets.cast(flat_feat(imgfeat)), imgact, training)
-        losses.update({k: v.mean(1).reshape((B, K)) for k, v in los.items()})
-        metrics.update(mets)
-
-        # Replay value loss, bootstrapped from the imagined returns
-        if cfg.repval_loss:
-            repinp = featvec if cfg.repval_grad else sg(featvec)
-            losses['repval'] = self._repl_loss(
-                nets.cast(repinp[:, -K:]),
-                {k: obs[k][:, -K:] for k in ('is_last', 'is_terminal', 'reward')},
-                imgret[:, 0].reshape((B, K)), training)
-
-        entries = {k: feat[k] for k in LATENT_KEYS}
-        return losses, metrics, dyncarry, entries
+        losses['con'] = self.con(featvec, 2).loss(con)
+        return losses, metrics, dyncarry, feat
 
     def _apply_context(self, carry, data):
         """Splits off the replay context: the first `replay_context` steps

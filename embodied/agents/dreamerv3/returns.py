@@ -1,10 +1,8 @@
 """Lambda-returns (the normalisers are `embodied.jax.Normalize`)."""
 
-import jax
 import jax.numpy as jnp
 
 f32 = jnp.float32
-sg = jax.lax.stop_gradient
 
 
 def lambda_return(last, term, rew, boot, disc, lam):
@@ -12,18 +10,17 @@ def lambda_return(last, term, rew, boot, disc, lam):
 
     rew[:, t] is the reward for arriving at step t and boot[:, t] the value
     estimate at step t. `term` ends the bootstrap (termination), `last` cuts
-    the lambda mixing (the step ends a stored sequence)."""
+    the lambda mixing (the step ends a stored sequence).
+
+    The recursion over time is a Python loop, unrolled into the program as
+    in the original: each step is a few elementwise ops on a (B,) vector,
+    which XLA fuses into straight-line kernels, where a `scan` would run a
+    device loop of T tiny iterations (on a GPU each one launches its own
+    kernels and checks the loop condition)."""
     live = (1 - term.astype(f32))[:, 1:] * disc
     cont = (1 - last.astype(f32))[:, 1:] * lam
     interm = rew[:, 1:] + (1 - cont) * live * boot[:, 1:]
-
-    def step(ret, inputs):
-        interm_t, live_t, cont_t = inputs
-        ret = interm_t + live_t * cont_t * ret
-        return ret, ret
-
-    swap = lambda x: jnp.swapaxes(x, 0, 1)
-    _, rets = jax.lax.scan(
-        step, boot[:, -1], (swap(interm), swap(live), swap(cont)),
-        reverse=True)
-    return swap(rets)
+    rets = [boot[:, -1]]
+    for t in reversed(range(live.shape[1])):
+        rets.append(interm[:, t] + live[:, t] * cont[:, t] * rets[-1])
+    return jnp.stack(rets[::-1][:-1], 1)
