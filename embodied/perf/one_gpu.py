@@ -77,7 +77,11 @@ def make_parser():
     parser.add_argument('--copy_ms', type=float, default=0.05)
     parser.add_argument(
         '--split', type=float, nargs='+', default=[1.0],
-        help='the update as several programs, as fractions of train_ms')
+        help='the update as several programs, as fractions of train_ms, '
+             'each submitted once the one before has run')
+    parser.add_argument(
+        '--serial_updates', action='store_true',
+        help='submit an update only once the last one has run')
     parser.add_argument(
         '--host_policy_ms', type=float, default=0.0,
         help='> 0: the policy on the host for this long, off the device')
@@ -143,6 +147,7 @@ def measure(args, envs, root, hook, tmp):
         train_ms=args.train_ms, policy_ms=args.policy_ms,
         policy_rows=args.policy_rows, policy_scale=args.policy_scale,
         report_ms=args.train_ms, copy_ms=args.copy_ms, split=args.split,
+        serial_updates=args.serial_updates,
         host_policy_ms=args.host_policy_ms, copy_every=args.copy_every,
         trace=str(trace))
     env = {
@@ -265,8 +270,10 @@ def markdown(args, results, trees):
     lines = [
         f'One simulated GPU: train {args.train_ms:g} ms, policy '
         f'{args.policy_ms:g} ms (up to {args.policy_rows} rows), env step '
-        f'{args.env_ms:g} ms, update split {args.split}, host policy '
-        f'{args.host_policy_ms:g} ms; medians over the rounds.', '',
+        f'{args.env_ms:g} ms, update split {args.split}, serial updates '
+        f'{args.serial_updates}, host policy {args.host_policy_ms:g} ms, '
+        f'runner flags {" ".join(args.runner_flags) or "none"}; medians over '
+        f'the rounds.', '',
         '| tree | envs | ' + ' | '.join(t for _, t, _ in COLUMNS) + ' |',
         '|' + '---|' * (len(COLUMNS) + 2)]
     lines.append(

@@ -194,3 +194,44 @@ def test_an_unknown_revision_is_a_usage_error():
          '--envs', '4'], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert '--old nosuchrev: no such git revision' in result.stderr
+
+
+def test_a_split_update_lets_a_policy_call_run_between_its_programs(
+        monkeypatch):
+    agent, env = make_agent(
+        monkeypatch, train_ms=100, policy_ms=1, split=[0.5, 0.5])
+    try:
+        data = batch_of(env, 2, 3)
+        obs = {k: v[:, 0] for k, v in data.items()}
+        waited = []
+
+        def act():
+            time.sleep(0.01)  # Arrives while the first program runs.
+            start = time.monotonic()
+            agent.policy(agent.init_policy(2), obs)
+            waited.append(time.monotonic() - start)
+
+        actor = threading.Thread(target=act)
+        actor.start()
+        _, _, metrics = agent.train(agent.init_train(2), data)
+        dict(metrics)
+        actor.join(5)
+        # It waited for the first half only (about 40 ms), not the update.
+        assert 0.03 <= waited[0] < 0.08
+    finally:
+        agent.close()
+
+
+def test_serial_updates_submit_an_update_once_the_last_one_ran(monkeypatch):
+    agent, env = make_agent(
+        monkeypatch, train_ms=60, policy_ms=1, serial_updates=True)
+    try:
+        data = batch_of(env, 2, 3)
+        carry = agent.init_train(2)
+        start = time.monotonic()
+        carry, _, _ = agent.train(carry, data)
+        assert time.monotonic() - start < 0.03  # The first: at once.
+        agent.train(carry, data)
+        assert time.monotonic() - start >= 0.06  # Waited for the first.
+    finally:
+        agent.close()
