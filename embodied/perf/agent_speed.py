@@ -314,7 +314,11 @@ def measure(setup, flags, args, scratch, cache=None):
     scratch into a new persistent cache (kept in the folder `cache` when
     given, e.g. for a run to start from afterwards)."""
     paths, kind, agent_flags = setup
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    # The setup's trees first; the caller's PYTHONPATH (e.g. where wheels
+    # were unpacked) after them.
+    inherited = os.environ.get('PYTHONPATH', '')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [*paths, *([inherited] if inherited else [])]))
     tmp = pathlib.Path(tempfile.mkdtemp(dir=scratch))
     cache = pathlib.Path(cache) if cache else tmp / 'cache'
     env['EMBODIED_JAX_CACHE'] = str(cache)
