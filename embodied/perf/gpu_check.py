@@ -205,8 +205,9 @@ def format_run(run, standalone):
     return (f"{run['env_fps']:.0f} env steps/s ({run['steady_fps']:.0f} "
             f"steady), {run['train_fps']:.2f} train steps/s ({learner}), "
             f"policy batch {run['policy_batch_ms']:.1f} ms of "
-            f"{run['policy_batch_envs']:.1f} envs, GPU busy {busy}, first "
-            f"env step {run['first_step_s']:.1f} s")
+            f"{run['policy_batch_envs']:.1f} envs, GPU busy {busy}, compile "
+            f"{run['compile_s']:.1f} s, first env step "
+            f"{run['first_step_s']:.1f} s")
 
 
 def render(args, device, rows, seconds):
