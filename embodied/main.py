@@ -23,10 +23,10 @@ import embodied
 from embodied import config as configlib
 from embodied import rpc
 from embodied.run import arguments
-from embodied.run import memory
+from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
 from embodied.run import validation
-from embodied.run import wiring
+from embodied.run import connections
 
 SUITES = {
     'dummy': 'embodied.envs.dummy:Dummy',
@@ -62,11 +62,11 @@ def main(argv=None):
         config = parse(argv)
         if config.script in REPLAY_SCRIPTS:
             spaces = replay_spaces(config)
-            memory.check_replay_fits(config, spaces)
+            replay_size.check_replay_fits(config, spaces)
             if not config.run.max_frame:
                 config = config.update({
-                    'run.max_frame': wiring.frame_limit(config, spaces)})
-    except (UsageError, memory.ReplayTooLarge) as e:
+                    'run.max_frame': connections.frame_limit(config, spaces)})
+    except (UsageError, replay_size.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
     try:
@@ -355,10 +355,7 @@ def make_logger(config):
 
 
 def make_replay(config, folder, mode='train'):
-    batlen = config.batch_length if mode == 'train' else config.report_length
-    consec = config.consec_train if mode == 'train' else config.consec_report
-    capacity = config.replay.size if mode == 'train' else config.replay.size / 10
-    length = consec * batlen + config.replay_context
+    capacity, length = replay_size.shape(config, mode)
     if config.batch_size * length > capacity:
         raise ValueError(
             f'The {mode} replay holds {int(capacity)} steps but one batch '

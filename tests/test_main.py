@@ -115,10 +115,10 @@ def test_oversized_replay_is_refused_before_allocating(tmp_path):
 
 
 def test_replay_estimate_counts_image_bytes():
-    from embodied.run import memory
+    from embodied.run import replay_size
     config = main.parse(['--configs', 'debug', '--task', 'dummy_disc'])
     spaces = main.replay_spaces(config)
-    train = memory.replay_bytes(config, spaces, 'train')
+    train = replay_size.replay_bytes(config, spaces, 'train')
     assert train >= config.replay.size * 64 * 64 * 3
-    with pytest.raises(memory.ReplayTooLarge, match=r'--replay.size'):
-        memory.check_replay_fits(config, spaces, available=train // 2)
+    with pytest.raises(replay_size.ReplayTooLarge, match=r'--replay.size'):
+        replay_size.check_replay_fits(config, spaces, available=train // 2)

@@ -106,6 +106,19 @@ class Wrapper:
         return getattr(self.env, name)
 
 
+def fill(batch, out):
+    """`batch` copied into the arrays `out` and `out` returned, where both
+    have the same keys, shapes and dtypes; else `batch` as it is."""
+    if not isinstance(batch, dict) or batch.keys() != out.keys() or any(
+            np.shape(value) != out[key].shape or
+            np.asarray(value).dtype != out[key].dtype
+            for key, value in batch.items()):
+        return batch
+    for key, value in batch.items():
+        np.copyto(out[key], value)
+    return out
+
+
 class Stream:
     """An iterator of batches that can be checkpointed."""
 
@@ -114,6 +127,19 @@ class Stream:
 
     def __next__(self):
         raise NotImplementedError('__next__() -> batch')
+
+    def layout(self):
+        """`(key, dtype.str, shape)` of each array of the next batch when
+        `next_into` can make it in place, with one copy from the source;
+        None (here) when it cannot."""
+        return None
+
+    def next_into(self, out):
+        """The next batch written into the arrays `out` (a dict, e.g. views
+        of a shared-memory slot), and then `out` itself; the batch as `next`
+        gives it where it does not fit `out`. Here the fallback: the batch
+        is made, then copied (`fill`)."""
+        return fill(next(self), out)
 
     def save(self):
         raise NotImplementedError('save() -> data')

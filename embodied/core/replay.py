@@ -327,14 +327,15 @@ class Replay:
         return _mark_boundaries(data)
 
     def layout(self, batch):
-        """`(key, dtype, shape)` of each array of `sample(batch)`, in its
-        order, for the keys stored so far."""
+        """`(key, dtype.str, shape)` of each array of `sample(batch)`, in
+        its order, for the keys stored so far (the tuple is the same object
+        while they stay the same)."""
         with self._lock:
             # The spec only grows (add, update): its size tells its version.
             version = (batch, len(self._spec))
             if self._layout[0] != version:
                 self._layout = version, tuple(
-                    (key, np.dtype(dtype), (batch, self.length, *shape))
+                    (key, np.dtype(dtype).str, (batch, self.length, *shape))
                     for key, (dtype, shape) in self._spec.items())
             return self._layout[1]
 

@@ -8,6 +8,14 @@ stream continue from the same position.
     stream = Consec(stream, length=64, consec=1, prefix=0)
     stream = Prefetch(stream, transform=agent_specific_fn, amount=2)
     batch = next(stream)
+
+`stream.next_into(out)` writes the next batch into given arrays (views of a
+shared-memory slot, say) and returns `out`. `Stateless` over a replay's
+`sample` and `Consec` over that, as `embodied.main.make_stream` builds them,
+make the batch there with one copy from the replay's chunks, and say so
+with `stream.layout()`; every other stream (`layout()` None) makes the batch
+and then copies it, and a stream of the caller's own without these methods
+goes through `next_into(stream, out)` and `layout(stream)` below.
 """
 
 import functools
@@ -18,6 +26,21 @@ import elements
 import numpy as np
 
 from . import base, checks
+
+
+def layout(stream):
+    """`stream.layout()`, or None for a stream without one."""
+    method = getattr(stream, 'layout', None)
+    return method() if method else None
+
+
+def next_into(stream, out):
+    """`stream.next_into(out)`; for a stream without it, the base class's
+    fallback (the batch is made, then copied into `out` where it fits)."""
+    method = getattr(stream, 'next_into', None)
+    if method:
+        return method(out)
+    return base.fill(next(stream), out)
 
 
 def _save(source):
@@ -43,9 +66,26 @@ class Stateless(base.Stream):
                 f'Stateless needs a callable or an iterator, got '
                 f'{type(nextfn).__name__}.')
         self.nextfn = functools.partial(nextfn, *args, **kwargs)
+        # A replay's `sample(batch, ...)` fills given arrays (`out`) and
+        # tells their layout (`layout(batch)`).
+        fn = self.nextfn
+        owner = getattr(fn.func, '__self__', None)
+        self._fills = owner if (
+            fn.args and not fn.keywords and hasattr(owner, 'layout') and
+            getattr(owner, 'sample', None) == fn.func) else None
 
     def __next__(self):
         return self.nextfn()
+
+    def layout(self):
+        if self._fills is None:
+            return None
+        return self._fills.layout(self.nextfn.args[0])
+
+    def next_into(self, out):
+        if self._fills is None:
+            return super().next_into(out)
+        return self.nextfn(out=out)
 
     def save(self):
         return None
@@ -86,6 +126,7 @@ class Consec(base.Stream):
         self.iterator = None
         self.index = 0  # The next chunk to cut from `self.pending`.
         self.pending = None  # The source batch being cut, if any.
+        self._layout = (None, None)  # The source's layout and ours.
 
     @property
     def needed(self):
@@ -98,6 +139,38 @@ class Consec(base.Stream):
                 self.iterator = iter(self.source)
             self.pending = self._check(next(self.iterator))
             self.index = 0
+        return self._cut()
+
+    def layout(self):
+        """The source's layout plus `consec` where one chunk is the whole
+        source batch (consec 1, a source batch of exactly `needed` steps)
+        and no cut is in progress (a restored position); else None."""
+        if self.consec != 1 or self.pending is not None:
+            return None
+        inner = layout(self.source)
+        if inner is None or not inner:
+            return None
+        if self._layout[0] is not inner:
+            whole = all(
+                len(shape) >= 2 and shape[1] == self.needed
+                for _, _, shape in inner)
+            batch = inner[0][2][0]
+            self._layout = inner, inner + (
+                ('consec', '<i4', (batch, self.needed)),) if whole else None
+        return self._layout[1]
+
+    def next_into(self, out):
+        if self.layout() is None:
+            return super().next_into(out)
+        data = next_into(self.source, out)
+        if data is out:
+            out['consec'].fill(0)
+            return out
+        # The source could not use `out` (its keys grew): cut as usual.
+        self.pending, self.index = self._check(data), 0
+        return self._cut()
+
+    def _cut(self):
         start = self.index * self.length
         stop = start + self.prefix + self.length
         chunk = {k: v[:, start:stop] for k, v in self.pending.items()}

@@ -36,7 +36,7 @@ API (used by `agent.py`; multi-host code extends `global_batch`):
                                       .shape ({'d','f','t': size})
     global_batch(tree, sharding)      host arrays -> arrays on the mesh
 
-`LayoutError` is a `validation.BadValue`, so `embodied.main` reports it as a
+`LayoutError` is a `core.errors.BadValue`, so `embodied.main` reports it as a
 usage error (exit status 2).
 """
 
@@ -44,14 +44,14 @@ import math
 
 import numpy as np
 
-from embodied.run import validation
+from embodied.core.errors import BadValue
 
 AXES = ('d', 'f', 't')
 DATA_AXES = ('d', 'f')
 DEFAULT = '-1,1,1'
 
 
-class LayoutError(validation.BadValue):
+class LayoutError(BadValue):
     """A mesh or batch size that does not fit the devices; names the key."""
 
     def __init__(self, problem):

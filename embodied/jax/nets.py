@@ -4,7 +4,7 @@ Modules create their parameters on first call through `self.value(...)` and
 are called on inputs only (`Linear(units, name='x')(inputs)`), so a model is
 an ordinary Python object whose state ninjax threads through `nj.pure`.
 
-Activations run in `COMPUTE_DTYPE` (bfloat16 unless `internal.setup` sets
+Activations run in `COMPUTE_DTYPE` (bfloat16 unless the agent base sets
 another); parameters are stored in float32 and cast at use. Layers check that
 their inputs already have the compute dtype: `cast()` inputs first.
 """

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import ninjax as nj
 import optax
 
-from . import internal
 from . import nets
+from . import utils
 
 f32 = jnp.float32
 i32 = jnp.int32
@@ -64,7 +64,7 @@ class Optimizer(nj.Module):
         if nj.creating():
             print(self._summarize_params(counts, self.summary_depth))
 
-        axes = internal.get_data_axes()
+        axes = utils.get_data_axes()
         if axes:
             grads = jax.tree.map(lambda x: jax.lax.pmean(x, axes), grads)
         if self.scaling:

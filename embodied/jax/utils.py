@@ -1,6 +1,8 @@
 """Stateful helpers of the original `embodied.jax` API: running statistics
 for return normalization, a slowly tracking copy of a module, and a layer scan
-that runs one module's parameters stacked along a leading axis."""
+that runs one module's parameters stacked along a leading axis; and
+`get_data_axes`, the mesh axes that modules average statistics over (the
+original keeps it in `embodied.jax.internal`)."""
 
 import functools
 
@@ -8,11 +10,22 @@ import jax
 import jax.numpy as jnp
 import ninjax as nj
 
-from . import internal
-
 sg = jax.lax.stop_gradient
 f32 = jnp.float32
 i32 = jnp.int32
+
+
+def get_data_axes():
+    """The named data-parallel mesh axes ('d', 'f') when called inside a
+    mapped computation that defines them, else (): modules average their
+    statistics over these axes."""
+    axes = ('d', 'f')
+    for axis in axes:
+        try:
+            jax.lax.axis_index(axis)
+        except NameError:
+            return ()
+    return axes
 
 
 class Normalize(nj.Module):
@@ -80,11 +93,11 @@ class Normalize(nj.Module):
 
     def _mean(self, x):
         x = x.mean()
-        axes = internal.get_data_axes()
+        axes = get_data_axes()
         return jax.lax.pmean(x, axes) if axes else x
 
     def _perc(self, x, q):
-        axes = internal.get_data_axes()
+        axes = get_data_axes()
         if axes:
             x = jax.lax.all_gather(x, axes)
         return jnp.percentile(x, q)

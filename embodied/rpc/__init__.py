@@ -25,6 +25,10 @@ starts there.
 * `client`: portal's client on an event-driven socket loop; bounded
   connects and interruptible waits.
 * `slots`: large replies through shared memory on one machine.
+* `channel`: the batch channel: a consumer names shared-memory slots, the
+  producer fills them in place, the socket where slots cannot be used.
+* `coalesce`: a sender that joins sends while its peer is busy, with
+  back-pressure.
 * `sync_client`: a client without a thread, for one call at a time.
 * `wire`: portal's message encoding with less CPU.
 * `workers`: processes and threads for the roles of a launch.
@@ -34,7 +38,9 @@ starts there.
 from . import addresses
 from . import auth
 from . import backoff
+from . import channel
 from . import client
+from . import coalesce
 from . import server
 from . import slots
 from . import sockets

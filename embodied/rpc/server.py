@@ -37,8 +37,9 @@ a long-running, fault-tolerant run:
   partial batch then waits for its flush deadline. State shared by the loop
   and the workers (queues, counts of running jobs) is guarded by one lock.
 * With `auth` (`auth.Credentials`), only peers that open with the run's
-  token are served, and the methods named in `control` only for peers that
-  opened with the launcher's control token; `max_frame` bounds the size of
+  token are served, and the methods named in `control` (or bound with
+  `control=True`) only for peers that opened with the launcher's control
+  token; `max_frame` bounds the size of
   a request (see `sockets`).
 * `pause(name)` holds new work for a method, `answer(name, value)` replies
   `value` to every pending and future request without calling the method
@@ -109,7 +110,8 @@ class Server:
             logging=False, auth=None, control=(), max_frame=None):
         self.name = name
         self.flush_after = flush_after
-        self.control = frozenset(control) if auth is not None else frozenset()
+        self.authenticated = auth is not None
+        self.control = set(control) if self.authenticated else set()
         self.socket = sockets.ServerSocket(
             addr, name, ipv6=ipv6, logging=logging, auth=auth,
             max_frame=max_frame)
@@ -129,11 +131,15 @@ class Server:
         return self.socket.connections
 
     def bind(self, name, workfn, postfn=None, batch=0, workers=1, max_post=None,
-             check=None):
+             check=None, control=False):
         """Serves `name`. With `postfn`, `workfn` returns `(reply, info)`.
         With `check` (batched methods), a request for which `check(data)`
-        returns a message is answered with that message as a bad request."""
+        returns a message is answered with that message as a bad request.
+        With `control` (and `auth`), only peers with the control token may
+        call it, as if it were named in the constructor's `control`."""
         assert not self.running, 'bind before start'
+        if control and self.authenticated:
+            self.control.add(name)
         assert name not in self.methods, name
         assert workers >= 1 and batch >= 0, (workers, batch)
         max_post = max_post or 2 * workers

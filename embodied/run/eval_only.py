@@ -8,7 +8,7 @@ from embodied.run import episodes as episodeslib
 from embodied.run import loop as looplib
 from embodied.run import saving
 from embodied.run import videos
-from embodied.run.wiring import prefix
+from embodied.run.learning import prefix
 
 
 def eval_only(make_agent, make_env, make_logger, args):

@@ -1,6 +1,7 @@
 """Training from a replay at a fixed train ratio, for the single-process
-runners (the parallel runner trains in its own learner thread), and the
-report loop every runner shares (`report_on`).
+runners (the parallel runner trains in its own learner thread), and what
+every runner shares: the report loop (`report_on`) and the shape of its
+metrics (`prefix`, `timer_metrics`).
 
 Where the single-process scripts deliberately differ from the parallel
 learner, as the original's train.py and parallel.py do:
@@ -106,3 +107,19 @@ def close_stream(stream):
     close = getattr(stream, 'close', None)
     if close:
         close()
+
+
+def prefix(metrics, name):
+    """`metrics` with keys `name/key`."""
+    return {f'{name}/{k}': v for k, v in metrics.items()}
+
+
+def timer_metrics(key):
+    """`{key: the timer's text summary}`, or `{}` when nothing was timed
+    since the last summary (`elements.timer.stats()` raises then, and an
+    empty string cannot cross portal's wire format)."""
+    timer = elements.timer.global_timer
+    if not timer.enabled or not timer.paths:
+        return {}
+    summary = timer.stats()['summary']
+    return {key: summary} if summary else {}

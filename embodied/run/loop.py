@@ -8,9 +8,9 @@ import elements
 
 import embodied
 from embodied.run import progress
+from embodied.run import learning
 from embodied.run import saving
 from embodied.run import stopping
-from embodied.run import timing
 
 
 class Loop:
@@ -110,7 +110,7 @@ class Loop:
             logger.add(replay.stats(), prefix=prefix)
         logger.add(self.usage.stats(), prefix='usage')
         logger.add({'fps/policy': self.policy_fps.result()})
-        logger.add(timing.timer_metrics('timer'))
+        logger.add(learning.timer_metrics('timer'))
         logger.write()
 
     def finish(self, cp, stats, metrics=None):

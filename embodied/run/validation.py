@@ -20,20 +20,9 @@ import math
 import numbers
 import re
 
+from embodied.core.errors import BadValue
 from embodied.rpc import addresses
-
-
-class BadValue(ValueError):
-    """Config values that cannot work; the message names each key."""
-
-    def __init__(self, problems):
-        self.problems = list(problems)
-        if len(self.problems) == 1:
-            message = self.problems[0]
-        else:
-            message = 'Bad config values:\n' + '\n'.join(
-                f'  {p}' for p in self.problems)
-        super().__init__(message)
+from embodied.run import replay_size
 
 
 # key: (check, what is allowed). A clock with every 0 never fires and with a
@@ -131,9 +120,8 @@ def check_config(config, replays=True):
     work: the runner args (see `check_args`, and `check_parallel` for the
     parallel script) and, with `replays` (scripts that build replays), the
     replay settings against the batches the replays must serve."""
-    from embodied.run import arguments  # Avoids an import cycle.
     problems = []
-    args = arguments.from_config(config)
+    args = {**config.run, **{key: config[key] for key in _GLOBALS}}
     try:
         check_args(args)
         if config.script == 'parallel':
@@ -192,10 +180,10 @@ def _replay_size_problems(config):
     size = config.replay.size
     if not _number(size) or size <= 0:
         return [_problem('replay.size', size, 'a number of steps > 0')]
-    for capacity, name, length, consec in (
-            (size, 'train', 'batch_length', 'consec_train'),
-            (size / 10, 'eval', 'report_length', 'consec_report')):
-        steps = config[consec] * config[length] + config.replay_context
+    for name, length, consec in (
+            ('train', 'batch_length', 'consec_train'),
+            ('eval', 'report_length', 'consec_report')):
+        capacity, steps = replay_size.shape(config, name)
         need = config.batch_size * steps
         if capacity < need:
             problems.append(_problem(

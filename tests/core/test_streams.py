@@ -295,3 +295,66 @@ class TestMixer:
             streams.Mixer({'a': Counter()}, {'b': 1})
         with pytest.raises(ValueError, match='non-negative'):
             streams.Mixer({'a': Counter()}, {'a': -1})
+
+
+def filled_replay(length=5, steps=40):
+    replay = embodied.replay.Replay(length, 1000)
+    for t in range(steps):
+        replay.add({'value': np.float32(t), 'is_first': t == 0}, worker=0)
+    return replay
+
+
+def views_of(layout):
+    return {key: np.zeros(shape, dtype) for key, dtype, shape in layout}
+
+
+def test_consec_over_replay_sample_makes_batches_in_given_arrays(monkeypatch):
+    replay = filled_replay()
+    stream = streams.Consec(
+        streams.Stateless(replay.sample, 3, 'train'), length=4, consec=1,
+        prefix=1, contiguous=True)
+    layout = stream.layout()
+    assert layout[-1] == ('consec', '<i4', (3, 5))
+    assert dict((k, s) for k, _, s in layout)['value'] == (3, 5)
+    out = views_of(layout)
+    out['consec'].fill(7)
+    copies = []
+    monkeypatch.setattr(np, 'copyto', lambda *a, **k: copies.append(a))
+    batch = stream.next_into(out)
+    assert batch is out and not copies  # Made in place, no copy after.
+    assert (out['consec'] == 0).all()
+    assert (np.diff(out['value'], axis=1) == 1).all()
+    assert stream.layout() is layout  # The same while the keys are.
+
+
+def test_streams_that_cannot_fill_in_place_make_then_copy():
+    replay = filled_replay()
+    cut = streams.Consec(  # Two chunks per source batch.
+        streams.Stateless(replay.sample, 2, 'train'), length=2, consec=2,
+        prefix=1)
+    assert cut.layout() is None
+    own = streams.Stateless(lambda: replay.sample(2, 'train'))
+    assert own.layout() is None
+    generator = (replay.sample(2, 'train') for _ in iter(int, 1))
+    assert streams.layout(generator) is None
+    for stream in (own, generator):
+        first = next(stream)
+        out = {k: np.zeros_like(v) for k, v in first.items()}
+        assert streams.next_into(stream, out) is out
+        assert (np.diff(out['value'], axis=1) == 1).all()
+    out = {'value': np.zeros((2, 3), np.float64)}  # Another dtype.
+    assert streams.next_into(own, out) is not out
+
+
+def test_consec_with_a_cut_in_progress_or_grown_keys_falls_back():
+    replay = filled_replay()
+    stream = streams.Consec(
+        streams.Stateless(replay.sample, 2, 'train'), length=5, consec=1)
+    out = views_of(stream.layout())
+    replay.update({'stepid': next(stream)['stepid'],
+                   'extra': np.ones((2, 5), np.float32)})
+    batch = stream.next_into(out)  # The replay's keys grew: cut as usual.
+    assert batch is not out and 'extra' in batch
+    assert (batch['consec'] == 0).all()
+    stream.pending = {k: v for k, v in batch.items() if k != 'consec'}
+    assert stream.layout() is None  # A restored position being cut.

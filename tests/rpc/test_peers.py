@@ -9,7 +9,7 @@ import pytest
 
 from embodied import rpc
 from embodied.rpc import auth
-from embodied.run import wiring
+from embodied.run import connections
 import launch
 from tests.run.parallel.test_parallel import progress_step, run_to_end
 from tests.run.parallel.test_faults import FAST, wait_first_step
@@ -107,9 +107,9 @@ def test_frame_over_the_limit_closes_that_connection_only():
 def test_frame_limit_derived_from_the_spaces():
     from embodied import main
     config = main.parse(['--configs', 'debug', '--task', 'dummy_disc'])
-    limit = wiring.frame_limit(config, main.replay_spaces(config))
+    limit = connections.frame_limit(config, main.replay_spaces(config))
     big = config.update({'env.dummy.size': [512, 512], 'batch_size': 64})
-    assert wiring.frame_limit(big, main.replay_spaces(big)) > limit
+    assert connections.frame_limit(big, main.replay_spaces(big)) > limit
 
 
 def test_unauthenticated_shutdown_and_oversized_frames_do_not_stop_a_run(

@@ -9,11 +9,13 @@
     progress.
 
 One module per role, each opening with its loop and the RPC methods it
-serves and calls; each role's logic is an object whose methods are its RPC
-methods, and the module's tail binds it to a server:
+serves and calls; each role's logic is a class whose methods are its RPC
+methods, declared once in its `RPC` table ({method: who calls it}), and the
+module's tail binds it to a server (`connections.bind_role`):
 
-    launch.py          combined: the launcher, stop and save protocol
-    agent.py           parallel_agent, AgentControl: the agent process
+    launch.py          combined: starts the roles, decides stop and save
+    save_and_stop.py   the launcher's save and stop protocol
+    agent_process.py   parallel_agent, AgentControl: the agent process
     actor.py           parallel_actor, ActorRole: serves `act`
     learner.py         parallel_learner: trains from the replay's batches
     replay_server.py   parallel_replay, ReplayRole: replays and the limiter
@@ -22,42 +24,10 @@ methods, and the module's tail binds it to a server:
 
 and their helpers: `link` (what actor and learner share, each field with
 its lock), `envpool` (restarting env workers), `remote_stream` (the
-learner's batch stream).
-
-Who serves each RPC method (one server per process, at its address):
-
-    address           method                          served by       caller
-    run.actor_addr    act                             ActorRole.act,  env workers
-                                                      then .send
-                      status pause resume drained     AgentControl    launcher
-                      save stop_learner stop_envs
-                      shutdown
-    run.replay_addr   add_batch                       ReplayRole      actor
-                      sample_batch_train/_report/     ReplayRole      learner
-                      _eval, update
-                      status save release             ReplayRole      launcher
-                      shutdown                        parallel_replay launcher
-    run.logger_addr   tran                            LoggerRole      actor
-                      add                             LoggerRole      learner,
-                                                                      replay
-                      abandon status save             LoggerRole      launcher
-                      replica_steps                   LoggerRole      learner
-                                                                      (replicas)
-                      shutdown                        parallel_logger launcher
-
-Which thread of the agent process calls each agent method:
-
-    agent method                   thread
-    init_policy                    actor thread, once after the barrier
-    policy                         the `act` server's workers
-                                   (run.actor_threads of them)
-    load (restore)                 learner thread, before the barrier
-    init_train, init_report,       learner thread
-    stream, train, report,
-    policy_lag
-    save                           the `save` server thread (AgentControl),
-                                   under link.train_lock, never during
-                                   train or report
+learner's batch stream), `remote_roles` (roles started as separate
+commands). `rpc_table()` lists every role's RPC methods, as
+docs/parallel.md shows them; which thread of the agent process calls each
+agent method is the table atop `embodied/jax/agent.py`.
 
 Entry points keep the original's signatures. Every factory may be given as
 a callable or as its cloudpickled bytes. `python -m embodied.run.parallel`
@@ -66,8 +36,8 @@ takes the same flags as `python -m embodied.main`.
 
 from embodied.run.parallel.actor import ActorRole
 from embodied.run.parallel.actor import parallel_actor
-from embodied.run.parallel.agent import AgentControl
-from embodied.run.parallel.agent import parallel_agent
+from embodied.run.parallel.agent_process import AgentControl
+from embodied.run.parallel.agent_process import parallel_agent
 from embodied.run.parallel.env import parallel_env
 from embodied.run.parallel.env import parallel_envs
 from embodied.run.parallel.launch import combined
@@ -78,3 +48,26 @@ from embodied.run.parallel.replay_server import ReplayRole
 from embodied.run.parallel.replay_server import add_rows
 from embodied.run.parallel.replay_server import parallel_replay
 from embodied.run.saving import resume_tag
+
+# The servers of a run: (address, role, the class whose `RPC` it serves).
+SERVERS = (
+    ('run.actor_addr', 'actor', ActorRole),
+    ('run.actor_addr', 'agent (`AgentControl`)', AgentControl),
+    ('run.replay_addr', 'replay', ReplayRole),
+    ('run.logger_addr', 'logger', LoggerRole),
+)
+
+
+def rpc_table():
+    """The RPC methods of every role as a markdown table: one row per
+    address, server and caller."""
+    lines = ['| address | method | served by | called by |',
+             '|---|---|---|---|']
+    for addr, role, cls in SERVERS:
+        callers = {}
+        for method, caller in cls.RPC.items():
+            callers.setdefault(caller, []).append(f'`{method}`')
+        for caller, methods in callers.items():
+            lines.append(
+                f'| `{addr}` | {", ".join(methods)} | {role} | {caller} |')
+    return '\n'.join(lines)

@@ -15,15 +15,16 @@ back), the transitions of further batches wait and go on together, as one
 request to each role, when it answers: a busy replay gets fewer, larger
 requests, an idle one every batch at once. Once `hold_rows` rows wait, the
 next batch's send waits for the replay's answer, and with it the envs: at
-most one send is on its way to a busy replay, and `hold_rows` rows wait.
+most one send is on its way to a busy replay, and `hold_rows` rows wait
+(`rpc.coalesce.CoalescingSender`).
 
 The server on `run.actor_addr` is the agent process's one server: the env
 workers and the launcher both know that address. The actor binds `act` on
 it; `parallel_agent` has the agent's control methods (`status`, `pause`,
 `resume`, `drained`, `save`, `stop_learner`, `stop_envs`, `shutdown`, see
-agent.py) bound next to it before it starts.
+agent_process.py) bound next to it before it starts.
 
-RPC methods served: `act`.
+RPC methods served: `ActorRole.RPC`.
 RPC methods called: replay `add_batch`, logger `tran`.
 """
 
@@ -34,9 +35,10 @@ import time
 import elements
 import numpy as np
 
+from embodied import rpc
 from embodied.core import checks
 from embodied.run import arguments
-from embodied.run import wiring
+from embodied.run import connections
 from embodied.run.parallel.link import link_of
 
 
@@ -54,6 +56,8 @@ class ActorRole:
     calls it every few milliseconds and `drained` before a save.
     """
 
+    RPC = {'act': 'env workers'}  # Its RPC method: who calls it.
+
     def __init__(self, agent, args, replay, logger, closing=None,
                  hold_rows=None):
         self.agent = agent
@@ -62,11 +66,12 @@ class ActorRole:
         # Transitions held while the replay works on the last send: up to 8
         # policy batches (8 took 4% less CPU per env step than 4, measured
         # with `embodied.perf.throughput --old` at 16 envs, 8 per worker).
-        self.hold_rows = hold_rows or 8 * max(1, args.actor_batch)
-        self.outbox = []
-        self.outbox_rows = 0
-        self.outbox_lock = threading.Lock()  # Guards the outbox and sends.
-        self.last_send = None  # The replay's future of the last send.
+        self.sender = rpc.coalesce.CoalescingSender(
+            self._send, _joined, lambda trans: len(trans[0]['envid']),
+            hold_rows or 8 * max(1, args.actor_batch), self.backlog,
+            closing, name='The actor')
+        self.closing = self.sender.closing  # Set at shutdown.
+        self.inflight = self.sender.inflight  # Futures of sent transitions.
         islist = lambda x: isinstance(x, list)
         self._islist = islist
         # Each env's carry as the tuple of its leaves, all of one structure
@@ -78,10 +83,6 @@ class ActorRole:
         self.carries = collections.defaultdict(lambda: initial)
         self.counts = collections.Counter()
         self.counts_lock = threading.Lock()  # Guards `counts`.
-        self.inflight = collections.deque()  # Futures of sent transitions.
-        self.inflight_lock = threading.Lock()  # Guards `inflight`.
-        # Set at shutdown: a send waiting for room gives up.
-        self.closing = closing or threading.Event()
 
     @elements.timer.section('workfn')
     def act(self, obs):
@@ -124,55 +125,19 @@ class ActorRole:
     def send(self, trans):
         """Sends the transitions of one `act` to the replay and logger, or
         holds them while the replay has not answered the last send."""
-        with self.outbox_lock:
-            self.outbox.append(trans)
-            self.outbox_rows += len(trans[0]['envid'])
-            if self._replay_busy():
-                if self.outbox_rows < self.hold_rows:
-                    return
-                # One send at a time to a busy replay: rather than piling up
-                # transitions, the envs wait (this postfn holds the act
-                # batches back).
-                self._wait_for_replay()
-            self._send_outbox()
-        self.settle()
+        self.sender.put(trans)
 
     def flush(self, force=True):
-        """Sends held transitions (with `force=False`, only once the replay
-        has answered the last send); returns whether none is held. Never
-        waits: while a send is under way, or `backlog` sends are in flight
-        (a role that does not answer), they stay held."""
-        if not self.outbox_lock.acquire(blocking=False):
-            return False  # `send` is sending (or waits for room).
-        try:
-            if self.outbox and (force or not self._replay_busy()):
-                with self.inflight_lock:  # Arrived ones count as gone.
-                    room = sum(not f.done() for f in self.inflight) < (
-                        self.backlog)
-                if room:
-                    self._send_outbox()
-            return not self.outbox
-        finally:
-            self.outbox_lock.release()
-
-    def _replay_busy(self):
-        return self.last_send is not None and not self.last_send.done()
-
-    def _send_outbox(self):
-        held, self.outbox, self.outbox_rows = self.outbox, [], 0
-        self._wait_for_room()
-        for data, episode in _joined(held):
-            futures = (self.replay.add_batch(data), self.logger.tran(episode))
-            self.last_send = futures[0]
-            with self.inflight_lock:
-                self.inflight.extend(futures)
+        """Sends held transitions; see `CoalescingSender.flush`."""
+        return self.sender.flush(force)
 
     def settle(self):
         """Forgets sent transitions that arrived; True when none is left."""
-        with self.inflight_lock:
-            while self.inflight and self.inflight[0].done():
-                self.inflight.popleft().result()  # Raises what the role raised.
-            return not self.inflight
+        return self.sender.settle()
+
+    def _send(self, trans):
+        data, episode = trans
+        return self.replay.add_batch(data), self.logger.tran(episode)
 
     def carry(self, envid):
         """The policy carry of env `envid` (its initial one before its first
@@ -188,31 +153,6 @@ class ActorRole:
                for k, v in totals.items()},
             'carries': len(self.carries),
         }
-
-    def _wait_for_replay(self):
-        """Waits until the replay answered the last send; gives up at
-        shutdown, as `_wait_for_room`."""
-        while self._replay_busy():
-            if self.closing.is_set():
-                raise RuntimeError('The actor shut down with transitions '
-                                   'still waiting for the replay.')
-            self.last_send.wait(0.1)
-
-    def _wait_for_room(self):
-        """Back-pressure: waits while `backlog` sends are in flight, as the
-        clients' maxinflight would, but gives up at shutdown (a client call
-        blocked on a dead role would keep the process from exiting)."""
-        while True:
-            with self.inflight_lock:
-                full = len(self.inflight) >= self.backlog
-                oldest = self.inflight[0] if full else None
-            if oldest is None:
-                return
-            if self.closing.is_set():
-                raise RuntimeError('The actor shut down with transitions '
-                                   'still waiting for the replay or logger.')
-            oldest.wait(0.1)
-            self.settle()
 
 
 def backlog(args):
@@ -246,17 +186,18 @@ def parallel_actor(agent, barrier, args):
         link.barrier.wait()  # No data before the learner restored.
     except threading.BrokenBarrierError:
         return 0  # The learner failed; the agent reports its error.
-    replay = wiring.connect(
+    replay = connections.connect(
         args, 'replay', 'ActorReplay', maxinflight=backlog(args))
-    logger = wiring.connect(
+    logger = connections.connect(
         args, 'logger', 'ActorLogger', maxinflight=backlog(args))
     try:
         actor = ActorRole(agent, args, replay, logger, link.shutdown)
-        server = wiring.server(
+        server = connections.server(
             args, 'actor', 'Actor', flush_after=args.actor_flush)
         try:
-            server.bind('act', actor.act, actor.send, batch=args.actor_batch,
-                        workers=args.actor_threads, check=_finite_obs)
+            connections.bind_role(server, actor, act=dict(
+                workfn=actor.act, postfn=actor.send, batch=args.actor_batch,
+                workers=args.actor_threads, check=_finite_obs))
             if link.bind_control:
                 link.bind_control(server, actor)
             server.start()

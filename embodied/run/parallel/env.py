@@ -30,9 +30,9 @@ import embodied
 from embodied import rpc
 from embodied.run.parallel import envpool
 from embodied.run import arguments
+from embodied.run import learning
 from embodied.run import stopping
-from embodied.run import timing
-from embodied.run import wiring
+from embodied.run import connections
 
 
 @elements.timer.section('env')
@@ -47,8 +47,8 @@ def parallel_envs(make_env, make_env_eval, args):
     does; for envs launched apart from `combined`."""
     args = arguments.normalize(args)
     pool = envpool.EnvPool(
-        specs(wiring.dumps(make_env), wiring.dumps(make_env_eval), args,
-              separate=True),
+        specs(connections.dumps(make_env), connections.dumps(make_env_eval),
+              args, separate=True),
         args.env_restarts)
     pool.start()
     with stopping.StopSignal() as stop:
@@ -124,7 +124,7 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
     `separate` (a command started apart from the main run), it gives up
     after run.connect_timeout without the actor."""
     args = arguments.normalize(args)
-    make_env = wiring.loads(make_env)
+    make_env = connections.loads(make_env)
     name = worker_name(envids)
     envs = []
     try:
@@ -154,13 +154,13 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
         if separate:
             timeout = args.connect_timeout
         else:
-            timeout = wiring.connect_timeout(args, 'actor')
+            timeout = connections.connect_timeout(args, 'actor')
             timeout = timeout and 2 * timeout
         try:
             return rpc.SyncClient.connect(
-                args.actor_addr, name, timeout, wiring.ipv6(args),
+                args.actor_addr, name, timeout, connections.ipv6(args),
                 report_every=args.wait_report,
-                handshake=wiring.handshake(args), backoff=backoff)
+                handshake=connections.handshake(args), backoff=backoff)
         except rpc.Refused as e:
             raise envpool.ActorRefused(str(e)) from None
         except rpc.Unreachable as e:
@@ -198,7 +198,7 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
     try:
         actor = connect()
         if envids[0] == 0 and '{auto}' not in args.logger_addr:
-            logger = wiring.connect(
+            logger = connections.connect(
                 args, 'logger', f'{name}Logger', separate=separate,
                 maxinflight=1)
         acts = reset_actions()
@@ -226,13 +226,13 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
                 continue
             if backoff.attempts:
                 backoff.reset()
-            if wiring.STOP_KEY in reply:
+            if connections.STOP_KEY in reply:
                 return 0
             acts = [{k: v[i] for k, v in reply.items()}
                     for i in range(len(envs))]
             if logger and should_log():
                 logger.add({'fps/env': fps.result(),
-                            **timing.timer_metrics('timer/env')})
+                            **learning.timer_metrics('timer/env')})
     except rpc.Unreachable as e:  # Refused included: only its logger's.
         if not separate:
             raise

@@ -9,11 +9,7 @@
         stop: drain, stop the learner, release the replay, final save,
               stop the envs, shut the roles down; every worker exits 0
 
-A save pauses the actor and waits until every transition it produced is in
-the replay and the logger (the learner keeps training meanwhile, so limiter
-waits drain), reads the logger's step, and has the agent, replay (with the
-limiter) and logger save under that step as their checkpoint tag. On start
-each role loads the newest tag that all three hold completely.
+Saves and the stop follow the protocol in `save_and_stop.py`.
 
 Faults: crashed env workers restart (`envpool`, `run.env_restarts`). An env
 error a restart cannot fix stops the run in order with a save, then
@@ -30,9 +26,8 @@ Signals: SIGTERM, however often and to however many processes of the run,
 asks for a stop after the current step with a final save; workers ignore
 SIGTERM and SIGINT (`core.signals`); a second SIGINT aborts.
 
-RPC methods called: actor `pause`, `resume`, `drained`, `status`, `save`,
-`stop_learner`, `stop_envs`, `shutdown`; replay `status`, `save`, `release`,
-`shutdown`; logger `status`, `save`, `abandon`, `shutdown`.
+RPC methods called here: actor `status`; replay `status`, `shutdown`;
+logger `status`, `abandon`; and those of `save_and_stop.py`.
 """
 
 import multiprocessing
@@ -47,17 +42,17 @@ from embodied.run import progress
 from embodied.run import saving
 from embodied.run import stopping
 from embodied.run import validation
-from embodied.run import wiring
+from embodied.run import connections
 from embodied.run.parallel import env
 from embodied.run.parallel import envpool
-from embodied.run.parallel import roles
-from embodied.run.parallel.agent import parallel_agent
+from embodied.run.parallel import remote_roles
+from embodied.run.parallel import save_and_stop
+from embodied.run.parallel.agent_process import parallel_agent
 from embodied.run.parallel.logger_server import parallel_logger
 from embodied.run.parallel.replay_server import parallel_replay
 
 ADDR_KEYS = ('actor_addr', 'replay_addr', 'logger_addr')
 
-STOP_DRAIN = 3              # seconds a stop waits for transitions in flight
 PORT_ATTEMPTS = 3
 
 
@@ -82,10 +77,10 @@ def combined(
         agent=make_agent, replay_train=make_replay_train,
         replay_eval=make_replay_eval, env_train=make_env_train,
         env_eval=make_env_eval, stream=make_stream, logger=make_logger)
-    factories = {k: wiring.dumps(v) for k, v in factories.items()}
-    origin = roles.secret_origin(args)
+    factories = {k: connections.dumps(v) for k, v in factories.items()}
+    origin = remote_roles.secret_origin(args)
     creds = _credentials(args)
-    for line in roles.start_lines(args, origin):
+    for line in remote_roles.start_lines(args, origin):
         print(line, flush=True)
     if creds:  # The workers get the data token, never the control token.
         args = args.update(secret=creds.for_workers().encode())
@@ -94,7 +89,7 @@ def combined(
     auto = any('{auto}' in str(args[k]) for k in ADDR_KEYS)
     for attempt in range(PORT_ATTEMPTS):
         filled = rpc.addresses.fill_auto(
-            {k: args[k] for k in ADDR_KEYS}, wiring.ipv6(args))
+            {k: args[k] for k in ADDR_KEYS}, connections.ipv6(args))
         launch = _Launch(
             factories, args.update(filled),
             handshake=creds and creds.handshake(control=True),
@@ -138,7 +133,7 @@ def _refuse_in_spawned_worker():
             f"call combined() under `if __name__ == '__main__':`.")
 
 
-class _Launch:
+class _Launch(save_and_stop.SaveAndStop):
     """The workers of one `combined` launch and the decisions about them.
 
     The agent, logger and replay are in `group`; any of them ending ends the
@@ -147,11 +142,9 @@ class _Launch:
     cannot fix ends the run after a full coordinated save (`_stop`).
     """
 
-    ROLE_OF = {'Agent': 'actor', 'Replay': 'replay', 'Logger': 'logger'}
-
     def __init__(self, factories, args, handshake=None, secret_origin=None):
         self.args = args
-        self.secret_origin = secret_origin  # See `roles.secret_origin`.
+        self.secret_origin = secret_origin  # See `remote_roles.secret_origin`.
         self.handshake = handshake  # The control token's, with run.auth.
         self.factories = factories
         self.group = rpc.Supervisor()
@@ -226,61 +219,6 @@ class _Launch:
             print(f'Could not tell the logger to drop the episodes of '
                   f'{spec.name}: {type(e).__name__}: {e}', flush=True)
 
-    def _fail(self, error):
-        """Ends the run for `error`, saving first what can be saved."""
-        print(f'Ending the run: {error}', flush=True)
-        if error.name in self.envs.names and len(self.clients) == 3:
-            # Agent, replay and logger are fine: stop as usual, then fail.
-            self.envs.stopping()
-            try:
-                self._stop(f'Env worker {error.name} failed', failed=True)
-            except Exception as e:
-                print(f'Could not save and stop in order: '
-                      f'{type(e).__name__}: {e}', flush=True)
-            return
-        self._salvage(error)
-
-    def _salvage(self, error, timeout=60):
-        """After a role died: the roles still alive save under the last step,
-        as far as they can without it. A resume picks the newest save that
-        all three roles hold, so a partial save never mixes into one."""
-        dead = self.ROLE_OF.get(error.name)
-        alive = [role for role in ('replay', 'logger', 'actor')
-                 if role != dead and role in self.clients and
-                 self.clients[role].connected]
-        if not alive or dead is None:
-            return
-        step = self.step
-        if 'logger' in alive:
-            try:
-                step = int(self.clients['logger'].call('status').result(
-                    timeout=5)['step'])
-            except Exception:
-                pass
-        print(f'Saving what is left at step {step}: {", ".join(alive)}.',
-              flush=True)
-        if 'actor' in alive:
-            self._try(lambda: self.clients['actor'].call('pause').result(
-                timeout=5))
-        futures = {role: self.clients[role].call('save', step)
-                   for role in alive}
-        deadline = time.monotonic() + timeout
-        for role, future in futures.items():
-            self._try(lambda: future.result(
-                timeout=max(0.1, deadline - time.monotonic())),
-                f'The {role} could not save')
-        if 'actor' in alive:
-            # An agent thread ends only when asked; its process is ours.
-            self._try(lambda: self.clients['actor'].call('shutdown').result(
-                timeout=5))
-
-    def _try(self, fn, what=None):
-        try:
-            return fn()
-        except Exception as e:
-            if what:
-                print(f'{what}: {type(e).__name__}: {e}', flush=True)
-
     def _shutdown_remote(self):
         """Best effort: tells a separately launched replay to exit too."""
         client = self.clients.get('replay')
@@ -297,11 +235,11 @@ class _Launch:
         (`_check` ends the run if it dies), so a busy machine or a long
         compile is no error."""
         for role in ('logger', 'replay', 'actor'):
-            timeout = wiring.connect_timeout(self.args, role)
+            timeout = connections.connect_timeout(self.args, role)
             addr = self.args[f'{role}_addr']
             options = {'handshake': self.handshake} if self.handshake else {}
             client = rpc.Client(
-                rpc.addresses.client_addr(addr, wiring.ipv6(self.args)),
+                rpc.addresses.client_addr(addr, connections.ipv6(self.args)),
                 f'Launcher{role.title()}', logging=False, **options)
             begin = time.monotonic()
             next_report = begin + self.args.wait_report
@@ -311,7 +249,8 @@ class _Launch:
                 if timeout is not None and now - begin > timeout:
                     client.close(1)
                     if client.socket.refusal:
-                        hint = roles.secret_hint(self.args, self.secret_origin)
+                        hint = remote_roles.secret_hint(
+                            self.args, self.secret_origin)
                         raise rpc.Refused(
                             f'The {role} at {addr} kept refusing this '
                             f'command\'s run secret for {timeout} s '
@@ -361,7 +300,7 @@ class _Launch:
             self.progress.observe(step)
             if args.remote_envs and not status['env_steps'] and (
                     time.monotonic() - start > args.connect_timeout):
-                raise rpc.Unreachable(roles.no_envs_message(
+                raise rpc.Unreachable(remote_roles.no_envs_message(
                     args, self._call('actor', 'status'), self.secret_origin))
             reason = stopping.stop_reason(args, step, start, signal)
             if reason:
@@ -375,114 +314,6 @@ class _Launch:
             if should_log():
                 self._print_progress(step)
             signal.event.wait(0.2)
-
-    def _replica_events(self):
-        """With several replicas: saves under the tag the learners agreed
-        on, and the reason to stop when another replica stopped the run."""
-        status = self._call('actor', 'status')
-        if status.get('learner_replica_stop'):
-            return 'Another replica stopped the run'
-        request = int(status.get('learner_save_request', 0))
-        if request > self.saved:
-            self.saved = request
-            self._save(tag=request)
-        return None
-
-    def _tag(self):
-        """The tag of a save now: the logger's step, or with several
-        replicas the run's update count the learners share."""
-        if self.args.replicas > 1:
-            status = self._call('actor', 'status')
-            return int(status.get('learner_run_tag', 0))
-        return int(self._call('logger', 'status')['step'])
-
-    def _quiesce(self, timeout):
-        """Pauses the actor; True once everything it sent has arrived. The
-        replay takes it without waiting for the learner (`drain`)."""
-        self._call('actor', 'pause')
-        self._call('replay', 'drain', True)
-        deadline = time.monotonic() + timeout
-        while not self._call('actor', 'drained'):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
-        return True
-
-    def _save(self, final=False, tag=None):
-        """Saves agent, replay and logger under the current step (or
-        `tag`)."""
-        drained = self._quiesce(STOP_DRAIN if final else self.args.drain_timeout)
-        if not drained:
-            if not final:
-                print('Skipping this save: transitions did not arrive within '
-                      f'{self.args.drain_timeout} s.', flush=True)
-                self._resume()
-                return None
-            print('Saving with transitions still in flight.', flush=True)
-        step = self._tag() if tag is None else int(tag)
-        futures = [self.clients[role].call('save', step)
-                   for role in ('replay', 'logger', 'actor')]
-        for future in futures:
-            while not future.wait(0.1):
-                self._check()
-            future.result()
-        print(f'Saved checkpoints at step {step}.', flush=True)
-        if not final:
-            self._resume()
-        return step
-
-    def _resume(self):
-        self._call('replay', 'drain', False)
-        self._call('actor', 'resume')
-
-    def _stop(self, reason, failed=False):
-        """Drains, saves and ends every worker in order. With `failed`, an
-        env worker already failed: the run still saves, and then fails."""
-        self.envs.stopping()  # A crash from here on needs no restart.
-        step = int(self._call('logger', 'status')['run_step'])
-        print(f'{reason} at step {step}: saving and stopping.', flush=True)
-        # Drain while the learner still samples, so limiter waits end.
-        self._quiesce(STOP_DRAIN)
-        self._call('actor', 'stop_learner')
-        self._call('replay', 'release')  # Inserts left skip the limiter.
-        self._save(final=True)
-        self._print_progress(step)
-        summary = self.progress.summary(
-            self._call('actor', 'status'), self.envs.restarts,
-            score=self._call('logger', 'status')['score'])
-        print(f'[Summary] {summary}', flush=True)
-        self.may_exit = [w.name for w in self.group.workers]
-        self._call('actor', 'stop_envs')
-        left = self.envs.wait(10)
-        if left:
-            print(f'Killing env workers that did not exit: {left}', flush=True)
-            self.envs.kill()
-        self._shutdown('actor')
-        agent = self.group.workers[0]
-        deadline = time.monotonic() + 10
-        while agent.exitcode is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self._shutdown('replay')
-        self._shutdown('logger')
-        left = self.group.wait(15)
-        if left:
-            print(f'Killing workers that did not exit: {left}', flush=True)
-            self.group.kill()
-        self.group.check(expected=[w.name for w in self.group.workers])
-        if not failed:
-            for name, code in self.envs.failed():
-                print(f'Env worker {name} ended with exit code {code} while '
-                      f'stopping.', flush=True)
-        print('All workers exited.', flush=True)
-
-    def _shutdown(self, role, timeout=10):
-        """Asks a role to exit. Its reply can be lost when the role closes
-        its server right away, so a missing reply is no error: the workers'
-        exit codes decide."""
-        try:
-            self._call(role, 'shutdown', timeout=timeout)
-        except TimeoutError:
-            pass
 
     def _print_progress(self, step):
         actor = self._call('actor', 'status')

@@ -15,7 +15,7 @@
                               and at the end)
 
 Batches arrive through `RemoteStream`s, prefetched; train batches through
-shared memory when the replay is on this machine (`rpc.slots`). Saves come
+shared memory when the replay is on this machine (`rpc.channel`). Saves come
 from the launcher through the agent's control (`AgentControl.save`, on a
 server thread), under `link.train_lock`.
 
@@ -33,11 +33,10 @@ import embodied
 from embodied.run import arguments
 from embodied.run import learning
 from embodied.run import saving
-from embodied.run import timing
-from embodied.run import wiring
+from embodied.run import connections
 from embodied.run.parallel import remote_stream
 from embodied.run.parallel.link import link_of
-from embodied.run.wiring import prefix
+from embodied.run.learning import prefix
 
 
 def share_env_steps(logger):
@@ -79,8 +78,9 @@ def parallel_learner(agent, barrier, args):
             agent, args.from_checkpoint, args.from_checkpoint_regex)
     link.checkpoint = cp
 
-    logger = wiring.connect(args, 'logger', 'LearnerLogger', maxinflight=4)
-    updater = wiring.connect(
+    logger = connections.connect(
+        args, 'logger', 'LearnerLogger', maxinflight=4)
+    updater = connections.connect(
         args, 'replay', 'LearnerReplayUpdater', maxinflight=8)
     link.barrier.wait()
     if replicated:
@@ -168,7 +168,7 @@ def parallel_learner(agent, barrier, args):
             if should_log():
                 stats = {}
                 stats['fps/train'] = fps.result()
-                stats.update(timing.timer_metrics('timer/agent'))
+                stats.update(learning.timer_metrics('timer/agent'))
                 stats.update(prefix(agg.result(), 'train'))
                 stats.update(policy_lag())
                 stats.update(prefix(usage.stats(), 'usage/agent'))

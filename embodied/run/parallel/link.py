@@ -38,8 +38,9 @@ class AgentLink:
     learner: collections.Counter = _new(collections.Counter)
     learner_lock: threading.Lock = _new(threading.Lock)
     # Set before the threads start, read by the actor thread once: binds the
-    # agent process's control methods on the actor's server (see agent.py).
-    # None when the original's callers run the actor on its own.
+    # agent process's control methods on the actor's server (see
+    # agent_process.py). None when the original's callers run the actor on
+    # its own.
     bind_control: Callable[[Any, Any], None] | None = None
 
     def count(self, key, amount=1):

@@ -11,8 +11,7 @@
 The step is the number of train env steps; the launcher reads it (`status`)
 to decide `run.steps` and to tag every save.
 
-RPC methods served: `tran`, `add`, `abandon`, `status`, `save`,
-`replica_steps`, `shutdown`.
+RPC methods served: `LoggerRole.RPC`.
 """
 
 import collections
@@ -26,7 +25,7 @@ import embodied
 from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import saving
-from embodied.run import wiring
+from embodied.run import connections
 
 
 class LoggerRole:
@@ -41,6 +40,12 @@ class LoggerRole:
     Methods run on the server's threads; everything they touch is under
     `lock`. `checkpoint` must be set before `save` is called.
     """
+
+    RPC = {  # Its RPC methods: who calls each.
+        'tran': 'actor', 'add': 'learner, replay',
+        'replica_steps': 'learner (several replicas)',
+        **{name: connections.LAUNCHER for name in (
+            'abandon', 'status', 'save', 'shutdown')}}
 
     def __init__(self, logger, args):
         self.logger = logger
@@ -197,7 +202,7 @@ def parallel_logger(make_logger, args):
     """Counts the global step (train env steps), aggregates episodes and
     writes metrics."""
     args = arguments.normalize(args)
-    logger = wiring.loads(make_logger)()
+    logger = connections.loads(make_logger)()
     role = LoggerRole(logger, args)
     role.checkpoint, tag = saving.resume_role(args, 'logger', step=role.step)
     if tag is not None:
@@ -208,11 +213,8 @@ def parallel_logger(make_logger, args):
         logger, None if tag is None else int(role.run_step))
 
     done = threading.Event()
-    server = wiring.server(args, 'logger', 'Logger')
-    for name in ('add', 'tran', 'abandon', 'status', 'save',
-                 'replica_steps'):
-        server.bind(name, getattr(role, name))
-    server.bind('shutdown', done.set)
+    server = connections.server(args, 'logger', 'Logger')
+    connections.bind_role(server, role, shutdown=done.set)
     server.start()
     should_log = embodied.LocalClock(args.log_every)
     try:

@@ -7,20 +7,7 @@ import time
 import elements
 
 from embodied import rpc
-from embodied.run import wiring
-
-
-RING_BYTES = 32 << 20
-MAX_PER_REQUEST = 4  # With prefetch 4, at most 16 batches sampled ahead.
-
-
-def batches_per_request(slot_bytes, prefetch):
-    """How many batches of `slot_bytes` one request asks for: as many as
-    keep the ring (`prefetch` requests in flight plus one held) within
-    `RING_BYTES`, between 1 and `MAX_PER_REQUEST`. Small batches share a
-    round trip; large ones do not fill /dev/shm."""
-    fit = RING_BYTES // (slot_bytes * prefetch) - 1
-    return max(1, min(MAX_PER_REQUEST, fit))
+from embodied.run import connections
 
 
 class RemoteStream:
@@ -30,22 +17,21 @@ class RemoteStream:
     progress counters (`AgentLink.count`).
 
     With `shared`, once the first batch has shown the layout, batches come
-    through a ring of shared-memory slots (`rpc.slots`) instead of the socket
-    when the replay is on this machine, `per_request` batches a round trip
-    (by default `batches_per_request` of the batch size)."""
+    through shared-memory slots when the replay is on this machine
+    (`rpc.channel`, `per_request` batches a round trip)."""
 
     def __init__(self, args, source, stop, count, prefetch=4,
                  shared=False, per_request=None):
         self.source, self.stop, self.count = source, stop, count
-        self.shared, self.prefetch = shared, prefetch
-        self.asked_per_request = self.per_request = per_request
-        self.ring = None
-        self.client = wiring.connect(
+        self.client = connections.connect(
             args, 'replay', f'LearnerReplay{source.title()}')
-        self.call = functools.partial(
-            self.client.call, f'sample_batch_{source}')
+        self.channel = rpc.channel.Consumer(
+            functools.partial(self.client.call, f'sample_batch_{source}'),
+            f'Learner: {source} batches', shared, prefetch, per_request,
+            functools.partial(count, f'{source}_shared_batches'),
+            args.replay_addr)
         self.futures = collections.deque(
-            self._request() for _ in range(prefetch))
+            self.channel.request() for _ in range(prefetch))
         self.ready = collections.deque()  # Batches received, not yet used.
         self.received = 0
         self.report_every = args.wait_report
@@ -59,7 +45,7 @@ class RemoteStream:
     def ready_soon(self):
         """Whether a batch has arrived (so `next` will not wait long)."""
         return (self.received > 0 or bool(self.ready) or
-                self.futures[0][0].done())
+                self.futures[0].future.done())
 
     def __iter__(self):
         return self
@@ -71,75 +57,21 @@ class RemoteStream:
         return self.ready.popleft()
 
     def _fetch(self):
-        future, ring, slots = self.futures.popleft()
+        pending = self.futures.popleft()
         start = time.monotonic()
         with elements.timer.section(f'stream_{self.source}_response'):
             data = rpc.result(
-                future, self.stop,
+                pending.future, self.stop,
                 report_every=self.report_every, report=self._report)
         self.count(f'{self.source}_wait_seconds', time.monotonic() - start)
-        if data is None:
-            for slot in slots or ():
-                ring.release(slot)
+        batches = self.channel.receive(pending, data)
+        if batches is None:
             raise StopIteration
-        if slots is None:
-            self.ready.append(data)
-            if self.shared and self.ring is None:
-                self._start_ring(data)
-        else:
-            for slot, reply in zip(slots, data):
-                self.ready.append(self._receive(reply, ring, slot))
+        self.ready.extend(batches)
         # Asked after the slots of this reply are read, so that they count
         # as in use while the new request takes its slots.
-        self.futures.append(self._request())
-
-    def _request(self):
-        ring = self.ring
-        slots = []
-        while ring and len(slots) < self.per_request:
-            slot = ring.acquire()
-            if slot is None:
-                break
-            slots.append(slot)
-        if not slots:
-            return self.call(), None, None
-        return self.call(ring.target(slots)), ring, slots
-
-    def _receive(self, reply, ring, slot):
-        if rpc.slots.is_slot_reply(reply):
-            assert int(reply) == slot, (int(reply), slot)
-            ring.unlink()  # The replay has it mapped now.
-            self.count(f'{self.source}_shared_batches')
-            return ring.read(slot)
-        ring.release(slot)
-        if ring is self.ring:  # Not yet replaced after an earlier one.
-            self._fall_back(reply)
-        return reply
-
-    def _start_ring(self, data):
-        self.shared = False  # One try per layout.
-        layout = rpc.slots.layout_of(data)
-        self.per_request = self.asked_per_request or (batches_per_request(
-            rpc.slots.slot_bytes(layout), self.prefetch) if layout else 1)
-        # The batches in flight, and room for those received and held.
-        slots = (self.per_request + 1) * self.prefetch
-        self.ring, problem = rpc.slots.SlotRing.create(layout, slots)
-        if problem:
-            print(f'Learner: {self.source} batches come over the socket '
-                  f'({problem}).', flush=True)
-
-    def _fall_back(self, data):
-        """The replay sent a batch instead of using the slot."""
-        ring, self.ring = self.ring, None
-        ring.close()
-        if rpc.slots.layout_of(data) != ring.layout:
-            self._start_ring(data)  # A ring for the new layout.
-        else:
-            print(f'Learner: {self.source} batches come over the socket (the '
-                  f'replay at {self.addr} cannot open {ring.path}).',
-                  flush=True)
+        self.futures.append(self.channel.request())
 
     def close(self):
-        if self.ring:
-            self.ring.close()
+        self.channel.close()
         self.client.close(1)

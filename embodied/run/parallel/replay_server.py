@@ -7,7 +7,7 @@ train ratio with a samples-per-insert limiter.
                                 rest waits (limiter.want_insert)
     sample_batch_train(slots?)  waits for the limiter (want_sample), then a
                                 batch; into the learner's shared-memory
-                                slots when it names some (`rpc.slots`)
+                                slots when it names some (`rpc.channel`)
     sample_batch_report / sample_batch_eval   a batch once the replay has data
     update(replay context from agent.train)
 
@@ -15,10 +15,10 @@ Limiter: `samples_per_insert = run.train_ratio / batch_length`, tolerance
 `4 * batch_size`, minimum size `batch_size * replay length`. Waits wake on
 every insert, sample and release, and report after `run.wait_report` s.
 
-RPC methods served: the above, and for the launcher `status`, `save`,
-`drain` (while a save drains the actor, inserts skip the limiter, so that
-transitions on their way arrive without waiting for the learner),
-`release` (waits end: the run is stopping), `shutdown`.
+RPC methods served: `ReplayRole.RPC`: the above, and for the launcher
+`status`, `save`, `drain` (while a save drains the actor, inserts skip the
+limiter, so that transitions on their way arrive without waiting for the
+learner), `release` (waits end: the run is stopping), `shutdown`.
 RPC methods called: logger `add` (replay metrics).
 
 Started as its own command (`--script parallel_replay`), the replay gives
@@ -29,6 +29,7 @@ with 69 (unreachable) or 77 (refused). A main run that stops in order calls
 """
 
 import collections
+import functools
 import multiprocessing
 import threading
 import time
@@ -41,10 +42,10 @@ from embodied import rpc
 from embodied.core import limiters
 from embodied.run import arguments
 from embodied.run import replay_files
+from embodied.run import learning
 from embodied.run import saving
-from embodied.run import timing
-from embodied.run import wiring
-from embodied.run.wiring import prefix
+from embodied.run import connections
+from embodied.run.learning import prefix
 
 
 class ReplayRole:
@@ -60,6 +61,12 @@ class ReplayRole:
     on `changed`; `release()` ends every wait (the run is stopping).
     `checkpoint` must be set before `save` is called.
     """
+
+    RPC = {  # Its RPC methods: who calls each.
+        'add_batch': 'actor', 'sample_batch_train': 'learner',
+        'sample_batch_report': 'learner', 'sample_batch_eval': 'learner',
+        'update': 'learner', **{name: connections.LAUNCHER for name in (
+            'status', 'save', 'drain', 'release', 'shutdown')}}
 
     def __init__(self, replay_train, replay_eval, make_stream, args):
         self.replay_train = replay_train
@@ -89,8 +96,11 @@ class ReplayRole:
         self.counts = collections.Counter()
         self.sums = {}  # Limiter wait seconds since the last metrics.
         self.sums_lock = threading.Lock()
-        self.slot_writer = rpc.slots.SlotWriter()
-        self._direct = direct_sampler(self.stream_train, replay_train)
+        self.channel = rpc.channel.Producer()  # Batches into slots.
+        self._train_layout = functools.partial(
+            embodied.streams.layout, self.stream_train)
+        self._sample_train_into = lambda views: self._sample_train(
+            lambda: embodied.streams.next_into(self.stream_train, views))
         self.logged = {'inserts': 0.0, 'insert_waits': 0.0}
 
     # RPC methods.
@@ -147,35 +157,13 @@ class ReplayRole:
 
     def sample_batch_train(self, target=None):
         """One batch once the limiter allows; with a `target` (the learner's
-        shared-memory slots, see `rpc.slots`), one batch per slot, answered
-        by slot numbers. None when released."""
-        if target is None:
-            return self._sample_train()
-        replies = []
-        for one in rpc.slots.split(target):
-            reply = self._sample_into(one)
-            if reply is None:
-                return None  # Shutting down; the learner stops on None.
-            replies.append(reply)
-        return replies
-
-    def _sample_into(self, target):
-        """A train batch written into the slot `target` names, with one copy
-        from the replay's chunks where the stream allows (`_direct`), else
-        sampled and then copied; the slot number, or the batch itself where
-        the slot cannot take it. None when released."""
-        direct = self._direct and self._direct()
-        views = direct and self.slot_writer.views(target, direct[0])
-        if not views:
-            batch = self._sample_train()
-            return batch if batch is None else self.slot_writer.write(
-                target, batch)
-        batch = self._sample_train(lambda: direct[1](views))
-        if batch is None:
-            return None
-        if batch['consec'] is not views['consec']:
-            return self.slot_writer.write(target, batch)  # The spec grew.
-        return int(target[1])
+        shared-memory slots, see `rpc.channel`), one batch per slot, made
+        there by the stream where it can (`layout`, `next_into`: one copy
+        from the replay's chunks), answered by slot numbers. None when
+        released."""
+        return self.channel.answer(
+            target, self._sample_train, self._train_layout,
+            self._sample_train_into)
 
     def sample_batch_report(self):
         """A batch of the train replay once it has data; None when released."""
@@ -236,7 +224,7 @@ class ReplayRole:
         """The periodic metrics: limiter, counts, replay stats."""
         current = self.status()
         stats = {}
-        stats.update(timing.timer_metrics('timer/replay'))
+        stats.update(learning.timer_metrics('timer/replay'))
         with self.sums_lock:
             sums, self.sums = self.sums, {}
         stats.update(prefix(sums, 'limiter'))
@@ -255,7 +243,7 @@ class ReplayRole:
         return stats
 
     def close(self):
-        """Ends every wait and closes the replays (not `slot_writer`: a
+        """Ends every wait and closes the replays (not `channel`: a
         sample in flight may still write to it until the server closed)."""
         self.release()
         for replay in (self.replay_train, self.replay_eval):
@@ -340,13 +328,13 @@ class ReplayRole:
 def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     """Serves the train and eval replays, enforcing the train ratio."""
     args = arguments.normalize(args)
-    replay_train = wiring.loads(make_replay_train)()
-    replay_eval = wiring.loads(make_replay_eval)()
+    replay_train = connections.loads(make_replay_train)()
+    replay_eval = connections.loads(make_replay_eval)()
     for replay in (replay_train, replay_eval):
         if hasattr(replay, 'save_wait'):
             replay.save_wait = True  # A checkpoint must not outrun its files.
     role = ReplayRole(
-        replay_train, replay_eval, wiring.loads(make_stream), args)
+        replay_train, replay_eval, connections.loads(make_stream), args)
     role.checkpoint, tag = saving.resume_role(
         args, 'replay', replay=replay_train, replay_eval=replay_eval,
         limiter=role.limiter)
@@ -359,7 +347,7 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     # a launch's replay is a child of the launcher, which watches it.
     separate = multiprocessing.parent_process() is None
     try:
-        logger = wiring.connect(
+        logger = connections.connect(
             args, 'logger', 'ReplayLogger', separate=separate, maxinflight=4)
     except rpc.Unreachable as e:
         if not separate:
@@ -378,12 +366,8 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         logger.add(metrics()).result()  # Arrives before the logger's last write.
         done.set()
 
-    server = wiring.server(args, 'replay', 'Replay')
-    for name in ('add_batch', 'sample_batch_train', 'sample_batch_report',
-                 'sample_batch_eval', 'update', 'status', 'save', 'drain',
-                 'release'):
-        server.bind(name, getattr(role, name))
-    server.bind('shutdown', shutdown)
+    server = connections.server(args, 'replay', 'Replay')
+    connections.bind_role(server, role, shutdown=shutdown)
     server.start()
     lost = None  # Since when the logger has been unreachable.
     try:
@@ -402,53 +386,9 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     finally:
         role.close()
         server.close()
-        role.slot_writer.close()
+        role.channel.close()
         logger.close(1)
     return 0
-
-
-def direct_sampler(stream, replay):
-    """For a train stream that is `make_stream`'s (one `Consec` cut, the
-    whole of each `replay.sample` batch, plus `consec` zeros): a function
-    that returns the batch layout and a sampler `fn(out)` that makes the
-    stream's next batch in the arrays `out` (see `Replay.sample`). None for
-    any other stream, whose batches are then copied after sampling."""
-    source = getattr(stream, 'source', None)
-    nextfn = getattr(source, 'nextfn', None)
-    if not (isinstance(stream, embodied.streams.Consec) and
-            isinstance(source, embodied.streams.Stateless) and
-            stream.consec == 1 and stream.contiguous and
-            stream.prefix + stream.length == getattr(replay, 'length', None)
-            and getattr(nextfn, 'func', None) == getattr(
-                replay, 'sample', None)
-            and hasattr(replay, 'layout') and len(nextfn.args) >= 1
-            and not nextfn.keywords):
-        return None
-    batch = nextfn.args[0]
-
-    def sample(out):
-        data = nextfn(out=out)
-        if data is not out:
-            data = dict(data)
-            data['consec'] = np.zeros(
-                (batch, replay.length), np.int32)
-        else:
-            out['consec'].fill(0)
-        return data
-
-    cache = [None, None]  # `replay.layout`'s answer and the slot layout.
-
-    def direct():
-        if stream.pending is not None:
-            return None  # A cut in progress (a restored position).
-        layout = replay.layout(batch)
-        if cache[0] is not layout:
-            cache[:] = layout, tuple(
-                (k, d.str, s) for k, d, s in layout) + (
-                ('consec', '<i4', (batch, replay.length)),)
-        return cache[1], sample
-
-    return direct
 
 
 def add_rows(replay, data, envids):

@@ -26,12 +26,12 @@ def wait_until(condition, timeout=30):
         time.sleep(0.005)
 
 
-def make_role(train_ratio=8, **kwargs):
+def make_role(train_ratio=8, stream=None, **kwargs):
     args = arguments.with_defaults(dict(
         logdir='/tmp/unused', batch_size=BATCH, batch_length=LENGTH,
         train_ratio=train_ratio, wait_report=60, **kwargs))
-    stream = lambda replay, mode: embodied.streams.Stateless(
-        replay.sample, BATCH, mode)
+    stream = stream or (lambda replay, mode: embodied.streams.Stateless(
+        replay.sample, BATCH, mode))
     return ReplayRole(embodied.replay.Replay(LENGTH, 10_000),
                       embodied.replay.Replay(LENGTH, 10_000), stream, args)
 
@@ -160,13 +160,19 @@ def test_slot_batches_of_a_grown_spec_are_sent_as_batches():
         ring and ring.close()
 
 
+def own_stream(replay, mode):
+    """A user's own stream: a generator, without `layout` or `next_into`."""
+    while True:
+        yield replay.sample(BATCH, mode)
+
+
 def test_other_streams_are_sampled_then_copied():
-    role = make_role(train_ratio=0)
+    role = make_role(train_ratio=0, stream=own_stream)
     ring = None
     try:
         for t in range(60):
             role.add_batch(rows([0, 1], t))
-        assert role._direct is None  # Not make_stream's Consec.
+        assert embodied.streams.layout(role.stream_train) is None
         ring, problem = rpc.slots.SlotRing.create(
             rpc.slots.layout_of(role.sample_batch_train()), 2)
         assert problem is None, problem
@@ -336,14 +342,3 @@ def test_save_under_the_lock(tmp_path):
         role.lock, elements.Path(tmp_path))
     assert role.save(7.0) == 7 and role.checkpoint.saved == [7]
     role.close()
-
-
-def test_batches_per_request_keep_the_slot_ring_small():
-    from embodied.run.parallel import remote_stream as rs
-    debug_batch = 1_196_160  # 8 x 12 steps of the dummy env's obs.
-    per_request = rs.batches_per_request(debug_batch, prefetch=4)
-    assert 1 < per_request <= rs.MAX_PER_REQUEST
-    assert (per_request + 1) * 4 * debug_batch <= rs.RING_BYTES
-    assert rs.batches_per_request(1000, prefetch=4) == rs.MAX_PER_REQUEST
-    # A 16 x 64 batch of 64x64x3 images: one per request, 8 slots.
-    assert rs.batches_per_request(16 * 64 * 12288, prefetch=4) == 1

@@ -1,4 +1,6 @@
-"""Refuses, before anything is allocated, a replay that cannot fit in memory."""
+"""The size of the train and eval replays from the config: capacity and item
+length in one place (`shape`), and the check that refuses, before anything
+is allocated, replays that cannot fit in memory (`check_replay_fits`)."""
 
 import psutil
 
@@ -9,18 +11,27 @@ class ReplayTooLarge(MemoryError):
     """The configured replay capacity needs more memory than is available."""
 
 
-def replay_bytes(config, spaces, mode='train'):
-    """Estimated bytes of a full train or eval replay built by `make_replay`."""
+def shape(config, mode='train'):
+    """(capacity in steps, item length) of the train replay (mode 'train')
+    or the eval replay (any other mode): the eval replay holds a tenth of
+    `replay.size` (a float, as configured), and an item is `consec` cuts of
+    the batch length plus the `replay_context` steps before them."""
     if mode == 'train':
         capacity = config.replay.size
         length = config.consec_train * config.batch_length
-        workers = config.run.envs
     else:
         capacity = config.replay.size / 10
         length = config.consec_report * config.report_length
-        workers = max(1, config.run.eval_envs)
+    return capacity, length + config.replay_context
+
+
+def replay_bytes(config, spaces, mode='train'):
+    """Estimated bytes of a full train or eval replay built by `make_replay`."""
+    capacity, length = shape(config, mode)
+    workers = config.run.envs if mode == 'train' else max(
+        1, config.run.eval_envs)
     return Replay.estimate_bytes(
-        spaces, int(capacity), length + config.replay_context,
+        spaces, int(capacity), length,
         chunksize=config.replay.chunksize, workers=workers)
 
 

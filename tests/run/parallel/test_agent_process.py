@@ -10,10 +10,11 @@ import pytest
 
 from embodied import rpc
 from embodied.run import arguments
-from embodied.run import wiring
+from embodied.run import connections
 from embodied.run.parallel import link as linklib
-from embodied.run.parallel.agent import AgentControl
-from embodied.run.parallel.launch import __file__ as LAUNCH_PATH
+from embodied.run.parallel.agent_process import AgentControl
+from embodied.run.parallel import launch as launchlib
+from embodied.run.parallel import save_and_stop
 
 from .test_actor_role import make_actor, obs
 
@@ -35,9 +36,12 @@ def control():
 
 
 def launcher_calls(role):
-    """The RPC methods launch.py calls on `role`."""
+    """The RPC methods the launcher (launch.py, save_and_stop.py) calls on
+    `role`."""
     names = set()
-    for node in ast.walk(ast.parse(pathlib.Path(LAUNCH_PATH).read_text())):
+    trees = [ast.parse(pathlib.Path(module.__file__).read_text())
+             for module in (launchlib, save_and_stop)]
+    for node in (node for tree in trees for node in ast.walk(tree)):
         if not isinstance(node, ast.Call) or not node.args:
             continue
         func, args = node.func, node.args
@@ -61,6 +65,7 @@ def test_every_method_the_launcher_calls_on_the_agent_is_bound(control):
     calls = launcher_calls('actor')
     assert {'pause', 'drained', 'stop_learner', 'shutdown'} <= calls
     assert calls <= set(control.server.methods)
+    assert calls <= set(AgentControl.RPC)  # Each declared, as a control.
     # The names the launcher has always called, on the one agent server.
     assert set(control.server.methods) == {
         'act', 'status', 'pause', 'resume', 'drained', 'save',
@@ -129,7 +134,7 @@ def test_pause_drained_stop_envs_and_shutdown(control):
     control.resume()
     assert not server.methods['act'].paused
     control.stop_envs()
-    assert server.methods['act'].fixed == {wiring.STOP_KEY: True}
+    assert server.methods['act'].fixed == {connections.STOP_KEY: True}
     control.shutdown()
     assert control.link.shutdown.is_set()
 

@@ -27,17 +27,17 @@ import time
 
 from embodied import rpc
 from embodied.run import arguments
-from embodied.run import wiring
+from embodied.run import connections
 from embodied.run.parallel.actor import parallel_actor
 from embodied.run.parallel.learner import parallel_learner
 from embodied.run.parallel.link import AgentLink
-from embodied.run.wiring import prefix
+from embodied.run.learning import prefix
 
 
 def parallel_agent(make_agent, args):
     """One agent shared by the actor and learner threads."""
     args = arguments.normalize(args)
-    agent = wiring.loads(make_agent)()
+    agent = connections.loads(make_agent)()
     link = AgentLink()
     link.bind_control = AgentControl(link, args).attach
     actor = rpc.Thread(parallel_actor, agent, link, args, name='Actor')
@@ -71,8 +71,9 @@ class AgentControl:
     through `link` (under the locks it names) and the `act` method's queue.
     """
 
-    METHODS = ('status', 'pause', 'resume', 'drained', 'save', 'stop_learner',
-               'stop_envs', 'shutdown')
+    RPC = {name: connections.LAUNCHER for name in (  # Who calls each.
+        'status', 'pause', 'resume', 'drained', 'save', 'stop_learner',
+        'stop_envs', 'shutdown')}
 
     def __init__(self, link, args):
         self.link = link
@@ -83,8 +84,7 @@ class AgentControl:
     def attach(self, server, actor):
         """Binds the methods on `server`, whose `act` `actor` serves."""
         self.server, self.actor = server, actor
-        for name in self.METHODS:
-            server.bind(name, getattr(self, name))
+        connections.bind_role(server, self)
 
     def status(self):
         """The actor's counters, the learner's (`learner_` prefixed), the
@@ -124,7 +124,7 @@ class AgentControl:
 
     def stop_envs(self):
         """Answers every `act` request from now on with the stop reply."""
-        self.server.answer('act', {wiring.STOP_KEY: True})
+        self.server.answer('act', {connections.STOP_KEY: True})
 
     def shutdown(self):
         """Ends the actor's server, and with it the actor thread."""

@@ -11,14 +11,12 @@ import portal
 
 from embodied import rpc
 from embodied.rpc import auth as authlib
+from embodied.run import replay_size
 
 STOP_KEY = '__stop__'       # in an act reply: the env worker should exit
 
-# Methods only the launcher may call (with run.auth); the others (`act`,
-# `add_batch`, `sample_batch_*`, `update`, `tran`, `add`) serve the workers.
-CONTROL_METHODS = (
-    'status', 'pause', 'resume', 'drained', 'save', 'stop_learner',
-    'stop_envs', 'shutdown', 'release', 'drain', 'abandon')
+# The caller of a role's control methods (see `bind_role`).
+LAUNCHER = 'launcher'
 
 DEFAULT_MAX_FRAME = 256 << 20  # Where run.max_frame is 0 and not derived.
 MIN_MAX_FRAME = 64 << 20
@@ -49,8 +47,19 @@ def server(args, role, name, **kwargs):
     address, with the run's credentials and frame limit."""
     return rpc.Server(
         args[f'{role}_addr'], name, ipv6=ipv6(args), auth=credentials(args),
-        control=CONTROL_METHODS,
         max_frame=args.get('max_frame') or DEFAULT_MAX_FRAME, **kwargs)
+
+
+def bind_role(server, role, **given):
+    """Binds on `server` every RPC method that `role` declares in its `RPC`
+    table ({method: who calls it}): the role's method of the same name, or
+    what `given` names for it (a function, or the keyword arguments of
+    `server.bind`). Methods the launcher calls are control methods: with
+    run.auth, they answer only the launcher's token."""
+    for name, caller in role.RPC.items():
+        spec = given.get(name) or getattr(role, name)
+        kwargs = spec if isinstance(spec, dict) else {'workfn': spec}
+        server.bind(name, control=caller == LAUNCHER, **kwargs)
 
 
 def frame_limit(config, spaces):
@@ -60,12 +69,9 @@ def frame_limit(config, spaces):
     step = sum(
         math.prod(space.shape) * np.dtype(space.dtype).itemsize
         for space in spaces.values())
-    context = config.replay_context
     rows = max(
-        config.batch_size * (
-            config.consec_train * config.batch_length + context),
-        config.batch_size * (
-            config.consec_report * config.report_length + context),
+        config.batch_size * replay_size.shape(config, 'train')[1],
+        config.batch_size * replay_size.shape(config, 'eval')[1],
         config.run.envs + config.run.eval_envs)
     return int(max(MIN_MAX_FRAME, 4 * rows * step))
 
@@ -102,11 +108,6 @@ def connect(args, role, name, separate=False, **kwargs):
         args[f'{role}_addr'], name, timeout,
         report_every=args.wait_report, handshake=handshake(args),
         **kwargs)
-
-
-def prefix(metrics, name):
-    """`metrics` with keys `name/key`."""
-    return {f'{name}/{k}': v for k, v in metrics.items()}
 
 
 def ipv6(args):

@@ -13,7 +13,7 @@ import launch
 from embodied import rpc
 from embodied.rpc import auth
 from embodied.perf import faults
-from embodied.run.parallel import roles
+from embodied.run.parallel import remote_roles
 from tests.run.parallel.test_parallel import COMMON
 
 ENVS = ('--run.envs', '1', '--run.eval_envs', '0', '--run.actor_batch', '1')
@@ -163,12 +163,13 @@ def test_replay_command_without_main_run_ends_by_itself(tmp_path, commands):
 def test_role_command_is_this_command_with_another_script():
     argv = ['--script', 'parallel', '--run.remote_envs', 'True',
             '--run.actor_addr', '10.0.0.1:7000', '--logdir', 'A B']
-    assert roles.command('parallel_envs', argv).endswith(
+    assert remote_roles.command('parallel_envs', argv).endswith(
         "--script parallel_envs --run.actor_addr 10.0.0.1:7000 "
         "--logdir 'A B'")
-    assert '--run.remote' not in roles.command(
+    assert '--run.remote' not in remote_roles.command(
         'parallel_envs', ['--script=parallel', '--run.remote_envs=True'])
-    assert roles.command('parallel_envs', ['--configs', 'debug']) is None
+    assert remote_roles.command(
+        'parallel_envs', ['--configs', 'debug']) is None
 
 
 def test_refused_client_reports_once_backs_off_and_names_the_server(capsys):

@@ -1,8 +1,8 @@
 """Roles started as separate commands: the command that starts one, where
 its secret comes from, and the launcher's word when none arrived.
 
-    roles.start_lines(args, origin)      # printed once at the start
-    roles.no_envs_message(args, status)  # the error when no env worker came
+    remote_roles.start_lines(args, origin)      # printed once at the start
+    remote_roles.no_envs_message(args, status)  # no env worker came
 
 The command is this command's own line with `--script` replaced and the
 `run.remote_*` flags dropped, so every address and config flag matches.
