@@ -56,6 +56,10 @@ def make_parser():
     parser.add_argument('--relaunch_seconds', type=float, default=30)
     parser.add_argument('--train_steps', type=int, default=50)
     parser.add_argument('--policy_calls', type=int, default=200)
+    parser.add_argument(
+        '--cache', default='',
+        help='keep the compilation cache in this folder (default: a '
+             'temporary one); it must not exist yet, so the build is cold')
     parser.add_argument('--markdown', default='')
     return parser
 
@@ -72,7 +76,10 @@ def main(argv=None):
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        cache = tmp / 'jaxcache'
+        cache = pathlib.Path(args.cache) if args.cache else tmp / 'jaxcache'
+        if cache.exists() and any(cache.iterdir()):
+            sys.exit(f'--cache {cache}: the folder is not empty; the cold '
+                     f'build needs an empty cache.')
         speed = agent_speeds(args, platform, tmp, cache)
         rows += [(f'agent_speed: {name}', format_speed(result))
                  for name, result in speed.items()]
