@@ -309,12 +309,19 @@ if sum(p.kind in kinds for p in params) < 5:
 '''
 
 
-def measure(setup, flags, args, scratch):
+def measure(setup, flags, args, scratch, cache=None):
+    """One setup's figures, measured in a fresh subprocess. It compiles from
+    scratch into a new persistent cache (kept in the folder `cache` when
+    given, e.g. for a run to start from afterwards)."""
     paths, kind, agent_flags = setup
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
-    # Compile from scratch every time: no persistent cache from earlier runs.
+    # The setup's trees first; the caller's PYTHONPATH (e.g. where wheels
+    # were unpacked) after them.
+    inherited = os.environ.get('PYTHONPATH', '')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [*paths, *([inherited] if inherited else [])]))
     tmp = pathlib.Path(tempfile.mkdtemp(dir=scratch))
-    env['EMBODIED_JAX_CACHE'] = str(tmp / 'cache')
+    cache = pathlib.Path(cache) if cache else tmp / 'cache'
+    env['EMBODIED_JAX_CACHE'] = str(cache)
     env['TMPDIR'] = str(tmp)  # The worker's logdir.
     if '--jax.platform' in flags and flags[flags.index('--jax.platform') + 1] == 'cpu':
         env['JAX_PLATFORMS'] = 'cpu'
@@ -329,7 +336,7 @@ def measure(setup, flags, args, scratch):
         raise RuntimeError(
             f'exit {result.returncode}:\n{result.stderr[-3000:]}')
     measured = json.loads(lines[-1][len('RESULT '):])
-    files = [f for f in (tmp / 'cache').rglob('*') if f.is_file()]
+    files = [f for f in cache.rglob('*') if f.is_file()]
     measured['cache_mb'] = sum(f.stat().st_size for f in files) / 2 ** 20
     shutil.rmtree(tmp, ignore_errors=True)
     return measured

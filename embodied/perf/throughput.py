@@ -278,17 +278,22 @@ def measure_train(name, seconds, root, *flags):
 MEASURE = {'parallel': measure_parallel, 'train': measure_train}
 
 
-def launch(root, module, seconds, *flags):
-    """Runs a command of the tree at `root` for `seconds` of run.duration;
+def launch(root, module, seconds, *flags, env=None, common=COMMON):
+    """Runs a command of the tree at `root` for `seconds` of run.duration,
+    with the flags `common` first (with the variables `env` added, those set
+    to None removed; a PYTHONPATH there goes after `root`);
     returns its output, the CPU seconds of each process of its tree
     ({pid: seconds}), the pid of its first process, its output lines with
     the `time.monotonic()` each arrived at, and the tree's CPU seconds so
     far at each poll, (`time.monotonic()`, seconds)."""
-    flags = [str(x) for x in (*COMMON, '--run.steps', '1e9',
+    flags = [str(x) for x in (*common, '--run.steps', '1e9',
                               '--run.duration', seconds, *flags)]
+    extra = dict(env or {})
+    path = [str(root), extra.pop('PYTHONPATH', ''),
+            os.environ.get('PYTHONPATH', '')]
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'JAX_PLATFORMS': 'cpu',
-           'PYTHONPATH': str(root) + os.pathsep + os.environ.get(
-               'PYTHONPATH', '')}
+           **extra, 'PYTHONPATH': os.pathsep.join(p for p in path if p)}
+    env = {key: value for key, value in env.items() if value is not None}
     proc = subprocess.Popen(
         [sys.executable, '-m', module, *flags], cwd=root, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

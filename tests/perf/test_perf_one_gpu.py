@@ -1,0 +1,237 @@
+"""The CPU model of one GPU (`simulated_gpu`) and its benchmark
+(`one_gpu`)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from embodied.envs import dummy
+from embodied.perf import one_gpu
+from embodied.perf import simulated_gpu
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_device_runs_items_first_in_first_out_for_their_time():
+    device = simulated_gpu.SerialDevice()
+    try:
+        start = time.monotonic()
+        train = device.submit('train', 60)
+        finished = []
+        policy = threading.Thread(target=lambda: (
+            device.run('policy', 5), finished.append(time.monotonic())))
+        policy.start()
+        assert not train.is_set()  # Submitting does not wait.
+        policy.join(5)
+        assert train.is_set()
+        # The policy waited for the whole update before it ran.
+        assert finished[0] - start >= 0.065
+        snapshot = device.snapshot()
+        assert snapshot['busy'] == pytest.approx(
+            {'train': 0.06, 'policy': 0.005})
+        assert snapshot['items'] == {'train': 1, 'policy': 1}
+    finally:
+        device.close()
+
+
+def make_agent(monkeypatch, **options):
+    monkeypatch.setenv(simulated_gpu.OPTIONS, json.dumps(options))
+    env = dummy.Dummy('disc')
+    obs_space = {k: v for k, v in env.obs_space.items()
+                 if not k.startswith('log/')}
+    act_space = {k: v for k, v in env.act_space.items() if k != 'reset'}
+    config = dict(batch_size=2, batch_length=3, replay_context=0, seed=0,
+                  check_order=False)
+    agent = simulated_gpu.SimulatedGPUAgent(obs_space, act_space, config)
+    return agent, env
+
+
+def batch_of(env, batch, length):
+    steps = [env.step({'action': 0, 'reset': t == 0}) for t in range(length)]
+    return {k: np.stack([np.stack([s[k] for s in steps])] * batch)
+            for k in steps[0]}
+
+
+def test_train_returns_at_once_and_its_metrics_wait_for_the_device(
+        monkeypatch):
+    agent, env = make_agent(monkeypatch, train_ms=80, policy_ms=1)
+    try:
+        data = batch_of(env, 2, 3)
+        start = time.monotonic()
+        carry, outs, metrics = agent.train(agent.init_train(2), data)
+        assert time.monotonic() - start < 0.06  # Dispatched, not run.
+        assert metrics['train_batches'] == 1  # Reading waits for it.
+        assert time.monotonic() - start >= 0.08
+    finally:
+        agent.close()
+
+
+def test_the_policy_waits_behind_an_update_and_records_its_lag(monkeypatch):
+    agent, env = make_agent(monkeypatch, train_ms=50, policy_ms=2)
+    try:
+        data = batch_of(env, 2, 3)
+        obs = {k: v[:, 0] for k, v in data.items()}
+        agent.train(agent.init_train(2), data)
+        start = time.monotonic()
+        agent.policy(agent.init_policy(2), obs)
+        assert time.monotonic() - start >= 0.05
+        # The copy was submitted right behind the update: the policy, which
+        # ran after it, acted with the parameters of update 1 (lag 0).
+        snapshot = agent.device.snapshot()
+        assert snapshot['policy_calls'] == 1 and snapshot['lag_sum'] == 0
+        assert snapshot['items'] == {'train': 1, 'copy': 1, 'policy': 1}
+    finally:
+        agent.close()
+
+
+def test_a_host_policy_leaves_the_device_and_copies_every_n_updates(
+        monkeypatch):
+    agent, env = make_agent(
+        monkeypatch, train_ms=1, host_policy_ms=1, copy_every=3)
+    try:
+        data = batch_of(env, 2, 3)
+        for _ in range(4):
+            _, _, metrics = agent.train(agent.init_train(2), data)
+        dict(metrics)  # Waits for the last update.
+        agent.device.run('marker', 0)  # And for the copy behind it.
+        agent.policy(agent.init_policy(2), {
+            k: v[:, 0] for k, v in data.items()})
+        snapshot = agent.device.snapshot()
+        assert snapshot['items']['copy'] == 1  # At update 3 only.
+        assert 'policy' not in snapshot['items']
+        assert snapshot['lag_sum'] == 1  # Acting with update 3 at update 4.
+    finally:
+        agent.close()
+
+
+def test_unknown_options_are_refused_by_name(monkeypatch):
+    with pytest.raises(KeyError, match='train_mss'):
+        make_agent(monkeypatch, train_mss=3)
+
+
+def test_the_env_hook_slows_every_dummy_step(tmp_path):
+    code = (
+        'import time\nfrom embodied.envs import dummy\n'
+        'env = dummy.Dummy("disc")\n'
+        'env.step({"action": 0, "reset": True})\n'
+        'start = time.monotonic()\n'
+        'for _ in range(5): env.step({"action": 0, "reset": False})\n'
+        'print(time.monotonic() - start)\n')
+    hook = tmp_path / 'hook'
+    hook.mkdir()
+    (hook / 'simulated_gpu.py').write_text(
+        pathlib.Path(simulated_gpu.__file__).read_text())
+    (hook / 'sitecustomize.py').write_text(one_gpu.SITECUSTOMIZE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]))
+    slow = subprocess.run(
+        [sys.executable, '-c', code], env={**env, simulated_gpu.ENV_MS: '20'},
+        capture_output=True, text=True, check=True)
+    assert float(slow.stdout) >= 0.1
+    plain = subprocess.run(
+        [sys.executable, '-c', code], env=env, capture_output=True,
+        text=True, check=True)
+    assert float(plain.stdout) < 0.1
+
+
+def test_figures_are_taken_over_the_steady_window():
+    lines = [(100.0, '[Progress] step 0/\n'), (110.0, '[Progress] step 100/\n'),
+             (120.0, '[Progress] step 300/\n'),
+             (130.0, 'Duration reached at step 500: saving and stopping.\n')]
+    # Counters at 0.5 s intervals would do; two around the window suffice.
+    snapshots = [
+        dict(time=105.0, busy={'train': 1.0, 'policy': 0.5},
+             items={'train': 10}, policy_calls=10, policy_seconds=0.2,
+             policy_rows=80, lag_sum=2),
+        dict(time=135.0, busy={'train': 16.0, 'policy': 3.5},
+             items={'train': 310}, policy_calls=310, policy_seconds=6.2,
+             policy_rows=2480, lag_sum=152)]
+    args = one_gpu.make_parser().parse_args(['--train_ms', '50'])
+    args.warmup = 5
+    row = one_gpu.figures(args, '[Summary] policy_batch_ms=3.5\n', lines,
+                          snapshots)
+    # Window 110 s (step 100) to 130 s (step 500): 20 s.
+    assert row['env_fps'] == pytest.approx(20.0)
+    assert row['learner'] == pytest.approx(100 * 10 / 20)  # 200 updates.
+    assert row['busy'] == pytest.approx(100 * (10 + 2) / 20)
+    assert row['policy_wait_ms'] == pytest.approx(20.0)
+    assert row['policy_batch_ms'] == 3.5
+    assert row['policy_rows'] == pytest.approx(8.0)
+    assert row['lag'] == pytest.approx(0.5)
+
+
+def test_no_window_is_an_error_that_shows_the_output():
+    args = one_gpu.make_parser().parse_args([])
+    with pytest.raises(RuntimeError, match='no steady window'):
+        one_gpu.figures(args, 'it failed', [], [])
+
+
+def test_the_benchmark_runs_the_runner_on_the_simulated_device(tmp_path):
+    table = tmp_path / 'table.md'
+    result = subprocess.run(
+        [sys.executable, '-m', 'embodied.perf.one_gpu', '--envs', '4',
+         '--seconds', '24', '--warmup', '2', '--train_ms', '20',
+         '--env_ms', '2', '--markdown', str(table)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    rows = [line for line in table.read_text().splitlines()
+            if line.startswith('| working tree | 4 |')]
+    assert len(rows) == 1, table.read_text()
+    cells = [float(c) for c in rows[0].strip('|').split('|')[2:]]
+    env_fps, learner, busy = cells[:3]
+    assert env_fps > 0 and 0 < learner <= 101 and learner <= busy <= 101
+
+
+def test_an_unknown_revision_is_a_usage_error():
+    result = subprocess.run(
+        [sys.executable, '-m', 'embodied.perf.one_gpu', '--old', 'nosuchrev',
+         '--envs', '4'], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert '--old nosuchrev: no such git revision' in result.stderr
+
+
+def test_a_split_update_lets_a_policy_call_run_between_its_programs(
+        monkeypatch):
+    agent, env = make_agent(
+        monkeypatch, train_ms=100, policy_ms=1, split=[0.5, 0.5])
+    try:
+        data = batch_of(env, 2, 3)
+        obs = {k: v[:, 0] for k, v in data.items()}
+        waited = []
+
+        def act():
+            time.sleep(0.01)  # Arrives while the first program runs.
+            start = time.monotonic()
+            agent.policy(agent.init_policy(2), obs)
+            waited.append(time.monotonic() - start)
+
+        actor = threading.Thread(target=act)
+        actor.start()
+        _, _, metrics = agent.train(agent.init_train(2), data)
+        dict(metrics)
+        actor.join(5)
+        # It waited for the first half only (about 40 ms), not the update.
+        assert 0.03 <= waited[0] < 0.08
+    finally:
+        agent.close()
+
+
+def test_serial_updates_submit_an_update_once_the_last_one_ran(monkeypatch):
+    agent, env = make_agent(
+        monkeypatch, train_ms=60, policy_ms=1, serial_updates=True)
+    try:
+        data = batch_of(env, 2, 3)
+        carry = agent.init_train(2)
+        start = time.monotonic()
+        carry, _, _ = agent.train(carry, data)
+        assert time.monotonic() - start < 0.03  # The first: at once.
+        agent.train(carry, data)
+        assert time.monotonic() - start >= 0.06  # Waited for the first.
+    finally:
+        agent.close()
