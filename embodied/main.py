@@ -21,6 +21,7 @@ import numpy as np
 import embodied
 from embodied import config as configlib
 from embodied import rpc
+from embodied.core import diskfull
 from embodied.run import arguments
 from embodied.run import memory
 from embodied.run import replicas as replicaslib
@@ -79,12 +80,29 @@ def main(argv=None):
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
     except Exception as e:
+        full = diskfull.find(e)
+        if full is not None:
+            _end_disk_full(config, full)
         if config.replicas > 1:
             _end_replica(e)
         raise
     if config.replicas > 1:
         from embodied.jax import distributed
         distributed.finish()
+
+
+def _end_disk_full(config, error):
+    """Ends a run whose write found no room (its roles have stopped) with
+    one line and exit code 74."""
+    from embodied.run import saving
+    last = saving.resume_tag(
+        config.logdir, report=False, replica=saving.replica_of(config),
+        agree=False)
+    line = diskfull.message(error, config.logdir, last)
+    if config.replicas > 1:
+        _end_replica(RuntimeError(line), code=diskfull.EXIT_IO)
+    print(f'error: {line}', file=sys.stderr, flush=True)
+    sys.exit(diskfull.EXIT_IO)
 
 
 def _end_replica(error, code=1):

@@ -38,6 +38,7 @@ import cloudpickle
 import portal
 import psutil
 
+from embodied.core import diskfull
 from embodied.core import signals
 
 from . import addresses
@@ -200,6 +201,9 @@ def _run(fn, name):
         print(f"'{name}': {e}", file=sys.stderr, flush=True)
         return EXIT_PORT_TAKEN, None
     except BaseException as e:
+        if diskfull.find(e) is not None:
+            # The launcher ends the run with one line naming the path.
+            return diskfull.EXIT_IO, summary(e)
         _print_error(name)
         return _error_code(e), summary(e)
 
