@@ -24,6 +24,7 @@ _WHAT = {
     errno.EDQUOT: 'disk quota exceeded',
     errno.EROFS: 'read-only file system',
 }
+_FIX = {errno.EROFS: 'the file system is writable'}
 
 # How Python prints an OSError; errors that crossed a process boundary
 # (an RPC reply, a worker's exit summary) arrive as this text.
@@ -102,7 +103,7 @@ def message(error, logdir, last_save):
     else:
         saved = (f'the last complete save, step {last_save} in {folder}, '
                  f'is intact and a rerun of the same command resumes from it '
-                 f'once there is space')
+                 f'once {_FIX.get(error.errno, "there is space")}')
     return (f'Could not write {path} ({what}; {free} free on that file '
             f'system): {saved}. Exiting with code {EXIT_IO}.')
 
