@@ -16,6 +16,10 @@ by `--timeout` seconds per command. Faults:
 * `damaged-agent.pkl`, `damaged-replay.pkl`, `damaged-limiter.pkl`,
   `damaged-step.pkl`: the newest save's file cut to 58 bytes after a clean
   stop, then the same command again.
+* `disk-full`: the logdir on a 1 MB tmpfs (needs root, else the row says
+  it was skipped); the run must end with one line (the path, the bytes
+  free, the last complete save) and exit 74, and the same command with
+  64 MB must resume from that save.
 * `garbage`: while the run trains, each of the three ports gets random bytes,
   a zero-length and a 4 GiB frame header (after portal's plain handshake and
   after a wrong token), 50 connections held open, and an unauthenticated
@@ -71,9 +75,9 @@ ROLE_FILES = {
 class Run:
     """One command of the benchmark in its own process group."""
 
-    def __init__(self, logdir, *flags, timeout=120, name='first'):
+    def __init__(self, logdir, *flags, timeout=120, name='first', logs=None):
         self.logdir = pathlib.Path(logdir)
-        self.logfile = self.logdir.parent / f'{name}.log'
+        self.logfile = pathlib.Path(logs or self.logdir.parent) / f'{name}.log'
         self.deadline = time.monotonic() + timeout
         env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
         env['PYTHONPATH'] = os.pathsep.join(
@@ -461,6 +465,50 @@ def fault_garbage(tmp, timeout):
         lost=max(0, step - saved), killed=killed_roles(run.output()))
 
 
+def fault_disk_full(tmp, timeout):
+    """The logdir on a 1 MB tmpfs (needs root): the run must end with one
+    line and exit 74; then, with 64 MB, the same command must resume."""
+    from embodied.core import diskfull
+    disk = tmp / 'disk'
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', str(disk)],
+            capture_output=True).returncode:
+        return dict(happened='skipped: mounting a small tmpfs needs root',
+                    lost='-', killed=[])
+    try:
+        run = Run(disk / 'run', '--run.steps', '1e9', timeout=timeout,
+                  logs=tmp)
+        try:
+            code = run.wait()
+        finally:
+            run.kill()
+        output = run.output()
+        lines = [x for x in output.splitlines() if 'error' in x.lower()]
+        saved = re.search(r'the last complete save, step (\d+)', output)
+        saved = int(saved.group(1)) if saved else None
+        one = (len(lines) == 1 and 'Traceback' not in output and
+               lines[0].startswith('error: Could not write ') and
+               'bytes free' in lines[0])
+        subprocess.run(['mount', '-o', 'remount,size=64m', str(disk)],
+                       check=True)
+        rerun = Run(disk / 'run', '--run.steps', (saved or 0) + 200,
+                    timeout=timeout, name='rerun', logs=tmp)
+        code2 = rerun.wait()
+        rerun.kill()
+        resumed = resumed_step(rerun.output())
+    finally:
+        subprocess.run(['umount', '-l', str(disk)], capture_output=True)
+    ok = code == diskfull.EXIT_IO and one and resumed == saved
+    return dict(
+        happened=f'exit {code}, {"one line" if one else "NOT one line"} '
+                 f'naming the path, bytes free and the last complete save '
+                 f'{saved}; rerun with space exit {code2}, resumed at '
+                 f'{resumed}{"" if ok else " (FAILED)"}',
+        lost=max(0, run.step() - (saved or 0)),
+        killed=killed_roles(output) + killed_roles(rerun.output()))
+
+
 FAULTS = {
     'sigterm-group': fault_sigterm,
     'sigkill-replay': fault_sigkill_role('Replay'),
@@ -471,6 +519,7 @@ FAULTS = {
     'envs-wrong-secret': fault_envs_wrong_secret,
     'envs-before-main': fault_envs_before_main,
     'main-killed': fault_main_killed,
+    'disk-full': fault_disk_full,
 }
 
 
