@@ -30,7 +30,8 @@ from . import addresses
 from . import auth
 from . import backoff as backofflib
 from . import wire
-from .client import BadRequest, Refused, RemoteError, Unreachable, wait_limit
+from .client import (
+    BadRequest, Refused, RemoteError, Unreachable, gave_up, wait_limit)
 
 _HANDSHAKE = b'portal_handshake'
 _KEEPALIVE = (10, 10, 10)  # After, every, fails: portal's defaults.
@@ -69,7 +70,11 @@ class SyncClient:
                 sock = _try_connect(host, int(port), ipv6, handshake, verdict)
             except Refused as e:
                 refused = True
-                sock, refusal = None, auth.refusal_message(name, str(e), addr)
+                sock, refusal = None, (
+                    auth.auth_mismatch(name, str(e), addr, True)
+                    if e.auth_differs else
+                    auth.refusal_message(name, str(e), addr))
+                differs = e.auth_differs
                 backoff.report('refused', refusal, auth.still_refused(
                     name, str(e), addr))
             if sock:
@@ -77,10 +82,8 @@ class SyncClient:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 if refusal:
-                    raise Refused(
-                        f'{name}: gave up after {timeout} s '
-                        f'(run.connect_timeout): the server at {addr} kept '
-                        f'refusing this command\'s run secret (see above).')
+                    raise Refused(gave_up(name, timeout, addr, differs),
+                                  auth_differs=differs)
                 raise Unreachable(
                     f'{name}: no server at {addr} after {timeout} s '
                     f'(run.connect_timeout).')
@@ -113,9 +116,12 @@ class SyncClient:
             raise portal.Disconnected(f'{self.addr}: {e}') from None
         verdict = auth.parse_verdict(reply)
         if verdict is not None and not verdict[0]:
-            # A plain handshake of ours met a server with `auth`.
+            # A plain handshake of ours (run.auth False) met a server with
+            # `auth`.
             self.close()
-            raise Refused(auth.refusal_message(self.name, verdict[1], self.addr))
+            raise Refused(
+                auth.auth_mismatch(self.name, verdict[1], self.addr, False),
+                auth_differs=True)
         status = int.from_bytes(reply[8:16], 'little')
         if status == 0:
             return wire.unpack(reply[16:])
@@ -152,6 +158,9 @@ def _try_connect(host, port, ipv6, handshake, verdict):
         sock.sendall(handshake)
         accepted, server = auth.read_verdict(sock) if verdict else (True, '')
         sock.settimeout(None)
+    except auth.NoVerdict:
+        sock.close()
+        raise Refused('', auth_differs=True) from None
     except (OSError, socket.gaierror):
         sock.close()
         return None

@@ -211,3 +211,72 @@ def test_backoff_grows_and_reports_each_reason_once_per_interval(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == 'lost it' and out[1] == 'refused'
     assert out[2].startswith('still lost (1 more times in the last')
+
+
+def test_env_command_without_auth_against_a_run_with_auth_names_run_auth(
+        tmp_path, commands, capsys):
+    server = rpc.Server('127.0.0.1:0', 'Actor',
+                        auth=auth.Credentials.from_secret('the-runs-secret'))
+    server.bind('act', lambda data: data, batch=1)
+    with server:
+        port = server.port
+        envs = commands(
+            tmp_path / 'envs', 'parallel_envs', *ENVS, '--run.auth', 'False',
+            '--run.actor_addr', f'127.0.0.1:{port}',
+            '--run.connect_timeout', '20')
+        assert envs.wait(240) == rpc.supervisor.EXIT_REFUSED
+    output = envs.output()
+    assert 'Traceback' not in output, output
+    said = [line for line in output.splitlines() if 'run.auth differs' in line]
+    assert said and f'Actor at 127.0.0.1:{port} refused this ' \
+        'command' in said[0], output
+    assert '(the server has run.auth True, this command run.auth False)' \
+        in said[0]
+    assert 'secret differs' not in output, output
+    assert 'refused a connection from 127.0.0.1:' in capsys.readouterr().out
+
+
+def test_env_command_with_auth_against_a_run_without_names_run_auth(
+        tmp_path, commands):
+    server = rpc.Server('127.0.0.1:0', 'Actor')  # run.auth False.
+    server.bind('act', lambda data: data, batch=1)
+    with server:
+        envs = commands(
+            tmp_path / 'envs', 'parallel_envs', *ENVS,
+            '--run.actor_addr', f'127.0.0.1:{server.port}',
+            '--run.connect_timeout', '5', secret='a-secret')
+        assert envs.wait(240) == rpc.supervisor.EXIT_REFUSED
+    output = envs.output()
+    assert 'Traceback' not in output, output
+    said = [line for line in output.splitlines()
+            if 'run.auth differs (' in line]
+    assert len(said) == 1, output
+    assert '(the server has run.auth False, this command run.auth True)' \
+        in said[0]
+    assert 'add --run.auth False to this command' in said[0]
+    assert 'its run.auth differs' in output
+
+
+def test_replay_command_whose_main_run_dies_ends_by_itself(
+        tmp_path, commands):
+    ports = [free_port() for _ in range(3)]
+    flags = (*ENVS, '--run.actor_addr', f'127.0.0.1:{ports[0]}',
+             '--run.replay_addr', f'127.0.0.1:{ports[1]}',
+             '--run.logger_addr', f'127.0.0.1:{ports[2]}',
+             '--run.connect_timeout', '10', '--run.steps', '1e9')
+    replay = commands(tmp_path / 'replay', 'parallel_replay', *flags,
+                      secret='shared')
+    main = commands(tmp_path / 'main', 'parallel', *flags,
+                    '--run.remote_replay', 'True', secret='shared')
+    main.wait_for(r'\[Progress\] step [1-9]')
+    assert replay.poll() is None, replay.output()[-3000:]
+    main.kill()
+    killed = time.monotonic()
+    code = replay.wait(120)
+    output = replay.output()
+    assert code == rpc.supervisor.EXIT_UNREACHABLE, output[-3000:]
+    assert time.monotonic() - killed < 10 + 30, output[-3000:]
+    assert re.search(rf'Replay: no logger at 127.0.0.1:{ports[2]} for 10 s '
+                     r'\(run.connect_timeout\): the main run has ended',
+                     output), output[-3000:]
+    assert 'Traceback' not in output, output[-3000:]
