@@ -249,7 +249,7 @@ def test_env_command_with_auth_against_a_run_without_names_run_auth(
     output = envs.output()
     assert 'Traceback' not in output, output
     said = [line for line in output.splitlines()
-            if 'run.auth differs (' in line]
+            if 'run.auth differs (the server' in line]
     assert len(said) == 1, output
     assert '(the server has run.auth False, this command run.auth True)' \
         in said[0]
