@@ -94,11 +94,8 @@ def main(argv=None):
 def _end_disk_full(config, error):
     """Ends a run whose write found no room (its roles have stopped) with
     one line and exit code 74."""
-    from embodied.run import saving
-    last = saving.resume_tag(
-        config.logdir, report=False, replica=saving.replica_of(config),
-        agree=False)
-    line = diskfull.message(error, config.logdir, last)
+    from embodied.run import ending
+    line = ending.disk_full_line(config, error)
     if config.replicas > 1:
         _end_replica(RuntimeError(line), code=diskfull.EXIT_IO)
     print(f'error: {line}', file=sys.stderr, flush=True)

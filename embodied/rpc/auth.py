@@ -161,6 +161,11 @@ class NoVerdict(ConnectionError):
     (run.auth False, or portal's own) does."""
 
 
+# Token handshakes in a row answered without a verdict before a client
+# says that run.auth differs; one alone may be a server that is ending.
+NO_VERDICTS = 3
+
+
 def read_verdict(sock):
     """Reads the verdict frame from a blocking socket right after the
     handshake: (accepted, server name). Raises NoVerdict when the server

@@ -78,6 +78,7 @@ class ClientSocket(client_socket.ClientSocket):
         # a growing wait between attempts instead of a fixed one.
         handshake = self.options.handshake
         verdict = auth.expects_verdict(handshake)
+        no_verdicts = 0  # In a row (see `auth.NO_VERDICTS`).
         while self.running:
             host, port = self.addr
             if portal_contextlib.context.resolver:
@@ -97,12 +98,17 @@ class ClientSocket(client_socket.ClientSocket):
                 self.refusal = None
                 return sock
             except auth.NoVerdict:
-                self._report_refusal('', f'{host}:{port}', own_auth=True)
-                cap = None
+                no_verdicts += 1
+                cap = backofflib.NO_SERVER_WAIT
+                if no_verdicts >= auth.NO_VERDICTS:
+                    self._report_refusal('', f'{host}:{port}', own_auth=True)
+                    cap = None
             except Refused as e:
+                no_verdicts = 0
                 self._report_refusal(str(e), f'{host}:{port}')
                 cap = None
             except (OSError, socket.gaierror):
+                no_verdicts = 0
                 cap = backofflib.NO_SERVER_WAIT
             sock.close()
             self._sleep(self.backoff.next_delay(cap))

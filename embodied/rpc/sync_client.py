@@ -64,17 +64,24 @@ class SyncClient:
         deadline = None if timeout is None else start + timeout
         next_report = report_every and start + report_every
         refusal = None
+        differs = False  # Whether the refusal is one of run.auth.
+        no_verdicts = 0  # In a row (see `auth.NO_VERDICTS`).
         while True:
             refused = False
             try:
                 sock = _try_connect(host, int(port), ipv6, handshake, verdict)
+                no_verdicts = 0
+            except auth.NoVerdict:
+                sock = None
+                no_verdicts += 1
+                if no_verdicts >= auth.NO_VERDICTS:
+                    refused = differs = True
+                    refusal = auth.auth_mismatch(name, '', addr, True)
+                    backoff.report('refused', refusal, auth.still_refused(
+                        name, '', addr))
             except Refused as e:
-                refused = True
-                sock, refusal = None, (
-                    auth.auth_mismatch(name, str(e), addr, True)
-                    if e.auth_differs else
-                    auth.refusal_message(name, str(e), addr))
-                differs = e.auth_differs
+                refused, differs, no_verdicts = True, False, 0
+                sock, refusal = None, auth.refusal_message(name, str(e), addr)
                 backoff.report('refused', refusal, auth.still_refused(
                     name, str(e), addr))
             if sock:
@@ -148,8 +155,9 @@ class SyncClient:
 
 
 def _try_connect(host, port, ipv6, handshake, verdict):
-    """A connected socket, None when no server took the connection, or
-    `Refused` (its message: the server's name) when one refused it."""
+    """A connected socket, None when no server took the connection,
+    `Refused` (its message: the server's name) when one refused it, or
+    `auth.NoVerdict` when one answered its token without a verdict."""
     family = socket.AF_INET6 if ipv6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -160,7 +168,7 @@ def _try_connect(host, port, ipv6, handshake, verdict):
         sock.settimeout(None)
     except auth.NoVerdict:
         sock.close()
-        raise Refused('', auth_differs=True) from None
+        raise
     except (OSError, socket.gaierror):
         sock.close()
         return None

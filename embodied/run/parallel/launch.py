@@ -44,6 +44,7 @@ import embodied
 from embodied import rpc
 from embodied.core import diskfull
 from embodied.run import arguments
+from embodied.run import ending
 from embodied.run import progress
 from embodied.run import saving
 from embodied.run import stopping
@@ -62,6 +63,7 @@ STOP_DRAIN = 3              # seconds a stop waits for transitions in flight
 PORT_ATTEMPTS = 3
 
 
+@ending.in_one_line
 def combined(
         make_agent, make_replay_train, make_replay_eval, make_env_train,
         make_env_eval, make_stream, make_logger, args):

@@ -280,3 +280,47 @@ def test_replay_command_whose_main_run_dies_ends_by_itself(
                      r'\(run.connect_timeout\): the main run has ended',
                      output), output[-3000:]
     assert 'Traceback' not in output, output[-3000:]
+
+
+ORIGINAL_WITH_TIMEOUT = '''
+import sys
+import elements
+import original_main
+from embodied import main as mainlib
+# The original's args, plus run.connect_timeout so the refusal ends soon.
+mainlib.make_args = lambda config: elements.Config(
+    **original_main.original_args(config),
+    connect_timeout=config.run.connect_timeout)
+if __name__ == '__main__':
+    mainlib.run(mainlib.parse(sys.argv[1:]))
+'''
+
+
+def test_main_command_through_the_original_main_ends_in_one_line(tmp_path):
+    """The original's main.py calls the runners itself, without
+    `embodied.main`'s handlers: a refused peer still ends the command with
+    one line and exit code 77."""
+    script = tmp_path / 'original_with_timeout.py'
+    script.write_text(ORIGINAL_WITH_TIMEOUT)
+    server = rpc.Server('127.0.0.1:0', 'Replay',
+                        auth=auth.Credentials.from_secret('another-secret'))
+    with server:
+        port = server.port
+        flags = ('--script', 'parallel', *COMMON, *ENVS,
+                 '--run.remote_replay', 'True',
+                 '--run.replay_addr', f'127.0.0.1:{port}',
+                 '--run.connect_timeout', '5', '--logdir', tmp_path / 'main')
+        env = launch.env()
+        env[auth.ENV_VAR] = 'the-runs-secret'
+        main = faults.Process(launch.command(*flags, script=script), env,
+                              tmp_path / 'main.log')
+        try:
+            code = main.wait(240)
+        finally:
+            main.kill()
+    output = main.output()
+    assert code == rpc.supervisor.EXIT_REFUSED, output[-3000:]
+    assert 'Traceback' not in output, output[-3000:]
+    errors = [x for x in output.splitlines() if x.startswith('error: ')]
+    assert len(errors) == 1, output[-3000:]
+    assert f'The replay at 127.0.0.1:{port} kept refusing' in errors[0]
