@@ -35,6 +35,11 @@ loopback, run.connect_timeout 20 s):
   before the main run (run.connect_timeout 60 s) and must still connect.
 * `main-killed`: one EMBODIED_SECRET; the main run's process group gets
   SIGKILL while it trains; the env command must end by itself.
+* `auth-mismatch`: the main run with run.auth on, the env command with
+  `--run.auth False`; the env command must name run.auth and both values.
+* `replay-orphan`: a replay command (`--script parallel_replay`) beside
+  `--run.remote_replay True`; the main run is SIGKILLed after step 100
+  and the replay command must exit 69 within run.connect_timeout.
 
 For these, "what happened" gives each command's exit code, seconds to exit,
 lines written and CPU seconds (the command and the children it waited for).
@@ -207,12 +212,13 @@ class Command(Process):
 
 
 def _remote_pair(tmp, timeout, secret_main, secret_envs, delay=0,
-                 connect_timeout=20, during=None):
+                 connect_timeout=20, during=None, envs_flags=()):
     """The main run with remote envs and an env command; returns both."""
     port = _free_port()
     flags = ('--run.actor_addr', f'127.0.0.1:{port}',
              '--run.connect_timeout', connect_timeout, '--run.steps', '1e9')
-    envs = Command(tmp, 'envs', 'parallel_envs', *flags, secret=secret_envs)
+    envs = Command(tmp, 'envs', 'parallel_envs', *flags, *envs_flags,
+                   secret=secret_envs)
     main = None
     try:
         time.sleep(delay)
@@ -229,8 +235,12 @@ def _remote_pair(tmp, timeout, secret_main, secret_envs, delay=0,
 
 
 def _free_port():
+    return _free_ports(1)[0]
+
+
+def _free_ports(count):
     from embodied.rpc import addresses
-    return addresses.free_ports(1)[0]
+    return addresses.free_ports(count)
 
 
 def fault_envs_wrong_secret(tmp, timeout):
@@ -281,6 +291,53 @@ def fault_main_killed(tmp, timeout):
     return dict(happened=f'main SIGKILLed after step 100; envs: '
                          f'{envs.summary(since)} '
                          f'({envs.lines() - lines} of them after it)',
+                lost='-', killed=[])
+
+
+def fault_auth_mismatch(tmp, timeout):
+    main, envs = _remote_pair(tmp, timeout, 'shared-secret', None,
+                              envs_flags=('--run.auth', 'False'))
+    named = ('run.auth differs (the server has run.auth True, this command '
+             'run.auth False)' in envs.output())
+    told = 'run.auth differs (that command has run.auth False' in (
+        main.output())
+    named = (', run.auth and both values named' if named else
+             ', run.auth NOT named')
+    return dict(happened=f'envs: {envs.summary()}{named}; '
+                         f'main: exit {main.code}'
+                         f'{", run.auth named" if told else ""}',
+                lost='-', killed=[])
+
+
+def fault_replay_orphan(tmp, timeout, connect_timeout=20):
+    """A replay command whose main run is SIGKILLed after step 100."""
+    ports = _free_ports(3)
+    flags = ('--run.actor_addr', f'127.0.0.1:{ports[0]}',
+             '--run.replay_addr', f'127.0.0.1:{ports[1]}',
+             '--run.logger_addr', f'127.0.0.1:{ports[2]}',
+             '--run.connect_timeout', connect_timeout, '--run.steps', '1e9')
+    replay = Command(tmp, 'replay', 'parallel_replay', *flags,
+                     secret='shared-secret')
+    main = Command(tmp, 'main', 'parallel', '--run.remote_replay', 'True',
+                   *flags, secret='shared-secret')
+    try:
+        deadline = time.monotonic() + timeout
+        while not re.search(r'\[Progress\] step [1-9]\d{2,}/', main.output()):
+            if main.poll() is not None or time.monotonic() > deadline:
+                return dict(happened=f'main never reached step 100: '
+                                     f'{main.summary()}', lost='-', killed=[])
+            time.sleep(0.2)
+        killed, lines = time.monotonic(), replay.lines()
+        main.kill()
+        replay.wait(timeout)
+    finally:
+        replay.kill()
+        main.kill()
+    named = 'the main run has ended. Exiting.' in replay.output()
+    return dict(happened=f'main SIGKILLed after step 100; replay: '
+                         f'{replay.summary(killed)} '
+                         f'({replay.lines() - lines} of them after it)'
+                         f'{", the lost logger named" if named else ""}',
                 lost='-', killed=[])
 
 
@@ -520,6 +577,8 @@ FAULTS = {
     'envs-before-main': fault_envs_before_main,
     'main-killed': fault_main_killed,
     'disk-full': fault_disk_full,
+    'auth-mismatch': fault_auth_mismatch,
+    'replay-orphan': fault_replay_orphan,
 }
 
 
