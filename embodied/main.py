@@ -67,6 +67,13 @@ def main(argv=None):
     except (UsageError, memory.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
+    if config.replicas > 1 and config.script in replicaslib.SCRIPTS:
+        # A parent that names a lost replica even when gloo aborts the
+        # process doing the work (`run.replica_guard`).
+        from embodied.run import replica_guard
+        if not replica_guard.is_child():
+            sys.exit(replica_guard.supervise(config, argv))
+        replica_guard.child_setup()
     try:
         run(config)
     except rpc.Unreachable as e:  # A role that never came, or refused us.
