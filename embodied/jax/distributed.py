@@ -512,6 +512,9 @@ def lost_replica_message(error):
         lost = sorted(set(range(replicas())) - set(int(k) for k in live))
     except Exception:
         lost = []
+    if not lost and replicas() == 2:
+        # The heartbeat has not shown it yet; with two, it is the other.
+        lost = [1 - replica()]
     who = (f'replica {", ".join(map(str, lost))}' if lost else
            'another replica')
     return (f'Replica {replica()} lost contact with {who} of '

@@ -35,6 +35,10 @@ loopback, run.connect_timeout 20 s):
   before the main run (run.connect_timeout 60 s) and must still connect.
 * `main-killed`: one EMBODIED_SECRET; the main run's process group gets
   SIGKILL while it trains; the env command must end by itself.
+* `replica-killed`: `--kills` times (20), two `--script train` replicas
+  of DreamerV3 `debug` on loopback, one SIGKILLed once both train; the
+  other must exit non-zero within 60 s naming it (CPU-heavy: minutes per
+  kill).
 * `auth-mismatch`: the main run with run.auth on, the env command with
   `--run.auth False`; the env command must name run.auth and both values.
 * `replay-orphan`: a replay command (`--script parallel_replay`) beside
@@ -566,6 +570,36 @@ def fault_disk_full(tmp, timeout):
         killed=killed_roles(output) + killed_roles(rerun.output()))
 
 
+def fault_replica_killed(tmp, timeout, kills=20):
+    """`kills` times: two `--script train` replicas (DreamerV3 `debug`, 2
+    CPU devices each, loopback), replica 1 SIGKILLed once both train; the
+    survivor must exit non-zero within 60 s naming replica 1."""
+    import collections
+    from embodied.perf import replicas
+    results = []
+    for index in range(kills):
+        folder = tmp / f'kill{index}'
+        folder.mkdir()
+        seconds, code = replicas.seconds_to_exit_after_kill(folder)
+        output = (folder / 'kill0.log').read_text(errors='replace')
+        named = bool(re.search(
+            r'replica 1 of 2 was lost|lost contact with replica 1 of 2',
+            output))
+        results.append((seconds, code, named))
+        print(f'  kill {index + 1}: exit {code} {seconds:.1f} s after it'
+              f'{", replica 1 named" if named else ", NOT named"}', flush=True)
+    good = sum(named and code not in (0, None) and seconds < 60
+               for seconds, code, named in results)
+    codes = collections.Counter(code for _, code, _ in results)
+    seconds = [s for s, _, _ in results]
+    return dict(
+        happened=f'{good} of {kills} kills: the survivor named replica 1 and '
+                 f'exited non-zero within 60 s; exit codes '
+                 f'{dict(sorted(codes.items()))}, {min(seconds):.1f} to '
+                 f'{max(seconds):.1f} s after the kill',
+        lost='-', killed=[])
+
+
 FAULTS = {
     'sigterm-group': fault_sigterm,
     'sigkill-replay': fault_sigkill_role('Replay'),
@@ -579,6 +613,7 @@ FAULTS = {
     'disk-full': fault_disk_full,
     'auth-mismatch': fault_auth_mismatch,
     'replay-orphan': fault_replay_orphan,
+    'replica-killed': fault_replica_killed,
 }
 
 
@@ -589,6 +624,8 @@ def main(argv=None):
     parser.add_argument('--timeout', type=float, default=180,
                         help='seconds each command may take')
     parser.add_argument('--markdown', type=str, default='')
+    parser.add_argument('--kills', type=int, default=20,
+                        help='replica-killed: how many pairs to kill')
     args = parser.parse_args(argv)
     # A SIGTERM ends the benchmark through its `finally` blocks, which kill
     # the run it started.
@@ -598,7 +635,9 @@ def main(argv=None):
         start = time.monotonic()
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                row = FAULTS[name](pathlib.Path(tmp), args.timeout)
+                options = {'kills': args.kills} if (
+                    name == 'replica-killed') else {}
+                row = FAULTS[name](pathlib.Path(tmp), args.timeout, **options)
             except Exception as e:
                 row = dict(happened=f'benchmark failed: {type(e).__name__}: '
                                     f'{str(e)[:300]}', lost='?', killed='?')
