@@ -1,13 +1,14 @@
 """A replica's command as a small parent that watches the process doing
 the work, so that its exit always names a lost replica.
 
-When a replica dies, the collectives library (gloo) can end a survivor
-itself with SIGABRT (exit code -6) a moment after the loss, before the
-survivor's own watchdog names the lost replica; JAX has no option that
-makes gloo raise instead (`jax_enable_recoverability` covers JAX's
-coordination client, not gloo's transport). So the command of a replica
+When a replica dies, the collectives library (gloo), or JAX's
+coordination client when replica 0 (the coordinator) is the one lost, can
+end a survivor itself with SIGABRT (exit code -6) a moment after the loss,
+before the survivor's own watchdog names the lost replica; JAX has no
+option that makes gloo raise instead, and `jax_enable_recoverability`
+does not keep its client from aborting either. So the command of a replica
 runs the same command line again as a child and relays its stderr; when
-the child ends by a signal after gloo reported a lost peer, the parent
+the child ends by a signal after gloo or JAX reported a lost peer, the parent
 prints the line naming the lost replica and exits with `EXIT_LOST` (1),
 the code of the child's own line for a lost replica.
 
@@ -30,8 +31,9 @@ from embodied.run.parallel import roles
 
 ENV_VAR = 'EMBODIED_REPLICA_CHILD'
 EXIT_LOST = 1
-# What gloo writes to stderr when it loses a peer.
-_GLOO_MARKERS = ('gloo', 'Gloo')
+# What gloo, or JAX's coordination client, writes to stderr before it
+# ends the process for a lost peer.
+_LOST_MARKERS = ('gloo', 'Gloo', 'JAX distributed service detected fatal')
 _TAIL = 200  # Lines of the child's stderr kept to find them.
 
 
@@ -71,7 +73,7 @@ def supervise(config, argv=None):
     if code >= 0:
         return code
     text = ''.join(tail)
-    if not any(marker in text for marker in _GLOO_MARKERS):
+    if not any(marker in text for marker in _LOST_MARKERS):
         return 128 - code  # Killed by a signal: the shell's convention.
     print(lost_message(config, code), file=sys.stderr, flush=True)
     return EXIT_LOST
@@ -88,10 +90,10 @@ def lost_message(config, code):
         name = signal.Signals(-code).name
     except ValueError:
         name = f'signal {-code}'
-    return (f'Replica {index}: {who}; the collectives library (gloo) ended '
-            f'this replica by {name} (exit code {code}) when it lost the '
-            f'connection. Start every replica again to resume from the last '
-            f'save all of them hold.')
+    return (f'Replica {index}: {who}; the collectives library (gloo) or '
+            f'JAX\'s coordination client ended this replica by {name} (exit '
+            f'code {code}) when it lost the connection. Start every replica '
+            f'again to resume from the last save all of them hold.')
 
 
 def _relay(stream, tail):

@@ -123,8 +123,10 @@ def test_two_hosts_train_one_agent(hosts, tmp_path, script, extra):
 
 def test_two_hosts_a_killed_replica_is_named(hosts, tmp_path):
     logdir = tmp_path / 'run'
+    # Compiled ahead (by default), so both replicas reach their first
+    # collectives together: gloo gives a peer 30 s to join one.
     procs = start(hosts, tmp_path, logdir, '--script', 'train',
-                  '--run.steps', 1e6, '--jax.precompile', False, name='kill')
+                  '--run.steps', 1e6, name='kill')
     try:
         procs[1].wait_for(
             lambda: re.search(r'\[Progress\]', procs[1].output()),
