@@ -4,7 +4,8 @@
     python -m embodied.run.parallel --script parallel --configs debug
 
 `--configs a b` applies config blocks in order on top of `defaults`; any other
-flag sets one config key (`--run.steps 1e4`). The factories live in this module
+flag sets one config key (`--run.steps 1e4`); `--help` lists every key with
+its default and comment (embodied/config_reference.py). The factories live in this module
 (not in `__main__`) so that cloudpickle sends them to worker processes by
 reference.
 """
@@ -50,6 +51,8 @@ SCRIPTS = (
 
 REPLAY_SCRIPTS = ('train', 'train_eval', 'parallel', 'parallel_replay')
 
+HELP = {'--help', '-h'}
+
 
 class UsageError(Exception):
     """A bad command line or config value; the message says which."""
@@ -92,6 +95,9 @@ def main(argv=None):
             _end_disk_full(config, full)
         if config.replicas > 1:
             _end_replica(e)
+        if _platform_error(e):  # jax.platform names a device JAX lacks.
+            print(f'error: {e}', file=sys.stderr)
+            sys.exit(2)
         raise
     if config.replicas > 1:
         from embodied.jax import distributed
@@ -107,6 +113,12 @@ def _end_disk_full(config, error):
         _end_replica(RuntimeError(line), code=diskfull.EXIT_IO)
     print(f'error: {line}', file=sys.stderr, flush=True)
     sys.exit(diskfull.EXIT_IO)
+
+
+def _platform_error(error):
+    # Looked up, not imported: importing embodied.jax imports JAX.
+    runtime = sys.modules.get('embodied.jax.runtime')
+    return runtime is not None and isinstance(error, runtime.PlatformError)
 
 
 def _end_replica(error, code=1):
@@ -134,24 +146,42 @@ def _end_replica(error, code=1):
 def parse(argv=None):
     """Turns the command line into a config, raising UsageError on bad input."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    wants_help = bool(HELP.intersection(argv))
+    argv = [arg for arg in argv if arg not in HELP]
+    try:
+        argv, asked = replicaslib.requested(argv)
+    except replicaslib.BadReplicas as e:
+        raise UsageError(str(e)) from None
     try:
         blocks = configlib.load_blocks()
         parsed, other = elements.Flags(configs=['defaults']).parse_known(argv)
         config = configlib.build(parsed.configs, blocks)
     except (KeyError, TypeError, ValueError) as e:
         raise UsageError(_message(e)) from None
+    if wants_help:
+        _print_help(config)
     config = _parse_flags(config, other)
     _check(config)
     config = config.update(logdir=config.logdir.format(
         timestamp=elements.timestamp()))
     try:
-        config, source = replicaslib.from_scheduler(config, os.environ)
+        config, source = replicaslib.from_scheduler(
+            config, os.environ, asked)
         replicaslib.check(config)
     except replicaslib.BadReplicas as e:
         raise UsageError(str(e)) from None
     if source:
         print(source, flush=True)
     return config
+
+
+def _print_help(config):
+    from embodied import config_reference
+    try:
+        print(config_reference.help_text(config), flush=True)
+    except BrokenPipeError:  # `--help | head`
+        sys.stdout = None
+    sys.exit(0)
 
 
 def _parse_flags(config, argv):

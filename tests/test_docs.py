@@ -45,3 +45,72 @@ def test_readme_links_reach_pages_and_headings():
         assert target.exists(), link
         if anchor:
             assert anchor in anchors(target), (link, sorted(anchors(target)))
+
+
+DOC_FILES = [launch.ROOT / 'README.md', *sorted((launch.ROOT / 'docs').glob('*.md'))]
+# Backticked names under a config section that are JAX's own API, not keys.
+JAX_API = re.compile(r'jax\.(random|distributed|make_array|numpy|export|lax|jit|devices|config)\b')
+
+
+def backticked(text):
+    return re.findall(r'`([^`\s]+)`', text)
+
+
+def unknown_keys(text):
+    """Backticked `section.key` names in `text` that are no config key (nor
+    a mapping of keys, like `run.usage`)."""
+    from embodied import config as configlib
+    flat = set(configlib.build([]).flat)
+    sections = {key.split('.', 1)[0] for key in flat if '.' in key}
+    prefixes = {'.'.join(key.split('.')[:end]) for key in flat
+                for end in range(1, key.count('.') + 1)}
+    unknown = []
+    for name in backticked(text):
+        name = name.split('=', 1)[0].rstrip('.,:;')
+        head = name.split('.', 1)[0]
+        if head not in sections or '.' not in name or JAX_API.match(name):
+            continue
+        if name.endswith('.py') or not re.fullmatch(r'[\w.]+', name):
+            continue
+        if name not in flat and name not in prefixes:
+            unknown.append(name)
+    return unknown
+
+
+def missing_paths(text):
+    """Backticked repository paths in `text` that do not exist."""
+    pattern = r'(?:embodied|configs|docs|examples|tests)/[\w./-]*\w|Dockerfile'
+    return [path for name in backticked(text)
+            for path in re.findall(rf'^(?:{pattern})$', name)
+            if not (launch.ROOT / path).exists()]
+
+
+def test_config_keys_named_in_the_docs_exist():
+    missing = [f'{page.name}: {name}' for page in DOC_FILES
+               for name in unknown_keys(page.read_text())]
+    assert not missing, missing
+
+
+def test_repository_files_named_in_the_docs_exist():
+    missing = [f'{page.name}: {path}' for page in DOC_FILES
+               for path in missing_paths(page.read_text())]
+    assert not missing, missing
+
+
+def test_checks_catch_a_renamed_key_and_a_missing_file():
+    text = ('Set `run.envs` and `run.env_count`, see `rpc.auth`, '
+            '`jax.random.split`, `examples/slurm.sbatch` and '
+            '`examples/slurm-gone.sbatch`.')
+    assert unknown_keys(text) == ['run.env_count']
+    assert missing_paths(text) == ['examples/slurm-gone.sbatch']
+
+
+def test_key_reference_matches_the_yaml():
+    from embodied import config_reference
+    page = launch.ROOT / 'docs' / 'configs.md'
+    text = page.read_text()
+    wanted = config_reference.replace_generated(
+        text, config_reference.markdown())
+    assert text == wanted, (
+        'docs/configs.md is out of date with configs/*.yaml: run '
+        'python -m embodied.config_reference --write')

@@ -168,6 +168,8 @@ NOT_RUN = {
     'python -m embodied.main --configs debug --task dummy_disc --logdir ~/logdir/replicas --replica 1 --replicas 2 --jax.coordinator_address 127.0.0.1:8476 --jax.mock_devices 2 --jax.train_devices 0 1':
         'one of several replicas started together',
     'mkdocs build': 'tests/test_docs.py builds the site',
+    'docker': 'needs a Docker daemon (tests/test_examples.py reads the Dockerfile)',
+    'nvidia-smi': 'needs an NVIDIA driver',
 }
 
 ASSIGNMENTS = r'^((?:[A-Z_][A-Z0-9_]*=\S+\s+)+)'
@@ -218,9 +220,24 @@ def page_scripts():
     return scripts
 
 
+def needs_gpu(command):
+    """Runs on an NVIDIA GPU: the `gpu` block or `--jax.platform cuda`.
+    test_gpu_doc_commands_parse checks these commands on the CPU."""
+    argv = shlex.split(without_env(command))
+    if '--jax.platform' in argv and argv[argv.index('--jax.platform') + 1] == 'cuda':
+        return True
+    if '--configs' not in argv:
+        return False
+    blocks = argv[argv.index('--configs') + 1:]
+    blocks = blocks[:next(
+        (i for i, x in enumerate(blocks) if x.startswith('-')), len(blocks))]
+    return 'gpu' in blocks
+
+
 def is_not_run(command):
     command = without_env(command)
-    return any(command == p or command.startswith(p + ' ') for p in NOT_RUN)
+    return needs_gpu(command) or any(
+        command == p or command.startswith(p + ' ') for p in NOT_RUN)
 
 
 def doc_runs():
@@ -353,6 +370,23 @@ def test_doc_command(tmp_path, command):
     if '--run.eval_video' in flags:
         logdir = pathlib.Path(flags[flags.index('--logdir') + 1])
         assert list((logdir / 'videos').glob('*.gif')), output[-3000:]
+
+
+def test_gpu_doc_commands_parse(monkeypatch):
+    """The pages' GPU commands, which CI cannot run, parse into configs
+    that ask for the GPU."""
+    from embodied import main
+    for key in ('SLURM_PROCID', 'SLURM_NTASKS', 'JOB_COMPLETION_INDEX'):
+        monkeypatch.delenv(key, raising=False)
+    commands = [c for c in doc_commands() if needs_gpu(c)
+                and shlex.split(without_env(c))[0] == 'python']
+    assert any('--configs atari gpu' in c for c in commands), commands
+    for command in commands:
+        argv = shlex.split(without_env(command))
+        assert argv[:3] in (['python', '-m', 'embodied.main'],
+                            ['python', '-m', 'embodied.run.parallel']), command
+        config = main.parse(argv[3:])
+        assert config.jax.platform == 'cuda', command
 
 
 # docs/devices.md: its mesh commands run in test_doc_command; its memory

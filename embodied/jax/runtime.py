@@ -156,12 +156,16 @@ def _devices(jax, platform):
         if platform == 'auto':
             return jax.devices()
         return jax.devices('cuda' if platform == 'gpu' else platform)
-    except RuntimeError as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    except (RuntimeError, AssertionError) as e:
+        # JAX raises AssertionError when jax_platforms names only a platform
+        # whose plugin is missing (no backend started at all).
+        first = str(e).splitlines()[0] if str(e) else 'no backend started'
         raise PlatformError(
             f"jax.platform is '{platform}' but JAX cannot use it here "
-            f"({first}). Install the matching jax build or pass "
-            f"--jax.platform cpu.") from None
+            f"({first}). Install the matching jax build (for NVIDIA GPUs: "
+            f"pip install '.[cuda13]', or '.[cuda12]' for drivers "
+            f"before 580; docs/troubleshooting.md) or pass --jax.platform "
+            f"cpu.") from None
 
 
 def _pick(devices, indices, key):

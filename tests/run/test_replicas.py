@@ -203,9 +203,11 @@ def test_slurm_recipe_gives_replica_count_and_coordinator(
         f'> {tmp_path}/argv\n')
     for name in ('scontrol', 'srun'):
         os.chmod(fake / name, 0o755)
+    (tmp_path / 'venv' / 'bin').mkdir(parents=True)
+    (tmp_path / 'venv' / 'bin' / 'activate').write_text('')
     environ = dict(os.environ, PATH=f'{fake}:{os.environ["PATH"]}',
                    SLURM_JOB_NODELIST='gpu-a[17-18]', SLURM_JOB_ID='42',
-                   LOGDIR=str(tmp_path / 'run'))
+                   LOGDIR=str(tmp_path / 'run'), VENV=str(tmp_path / 'venv'))
     subprocess.run(
         ['bash', EXAMPLES / 'slurm.sbatch'], env=environ, check=True,
         timeout=60)
