@@ -48,15 +48,14 @@ def child_setup():
     workers.die_with_parent(os.getppid())
 
 
-def supervise(config, argv=None):
-    """Runs this command again as a child and returns the exit code for
-    this process: the child's, or `EXIT_LOST` after naming the lost
-    replica when gloo ended the child."""
+def supervise(config, argv=None, command=None):
+    """Runs this command again (or `command`) as a child and returns the
+    exit code for this process: the child's, or `EXIT_LOST` after naming
+    the lost replica when gloo or JAX ended the child."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = command or [sys.executable, *roles.program(), *argv]
     env = dict(os.environ, **{ENV_VAR: str(os.getpid())})
-    child = subprocess.Popen(
-        [sys.executable, *roles.program(), *argv], env=env,
-        stderr=subprocess.PIPE)
+    child = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
     tail = collections.deque(maxlen=_TAIL)
     relay = threading.Thread(
         target=_relay, args=(child.stderr, tail), daemon=True)
