@@ -105,8 +105,10 @@ def finish(procs, timeout=900):
             proc.kill()
 
 
+# Compiled ahead (by default), so both replicas reach their first
+# collectives together: gloo gives a peer 30 s to join one.
 @pytest.mark.parametrize('script, extra', [
-    ('train', ('--jax.precompile', False)),
+    ('train', ()),
     ('parallel', ('--run.agent_process', True)),
 ])
 def test_two_hosts_train_one_agent(hosts, tmp_path, script, extra):
@@ -123,8 +125,6 @@ def test_two_hosts_train_one_agent(hosts, tmp_path, script, extra):
 
 def test_two_hosts_a_killed_replica_is_named(hosts, tmp_path):
     logdir = tmp_path / 'run'
-    # Compiled ahead (by default), so both replicas reach their first
-    # collectives together: gloo gives a peer 30 s to join one.
     procs = start(hosts, tmp_path, logdir, '--script', 'train',
                   '--run.steps', 1e6, name='kill')
     try:
