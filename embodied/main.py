@@ -22,6 +22,7 @@ import numpy as np
 import embodied
 from embodied import config as configlib
 from embodied import rpc
+from embodied.core import diskfull
 from embodied.run import arguments
 from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
@@ -69,6 +70,13 @@ def main(argv=None):
     except (UsageError, replay_size.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
+    if config.replicas > 1 and config.script in replicaslib.SCRIPTS:
+        # A parent that names a lost replica even when gloo aborts the
+        # process doing the work (`run.replica_guard`).
+        from embodied.run import replica_guard
+        if not replica_guard.is_child():
+            sys.exit(replica_guard.supervise(config, argv))
+        replica_guard.child_setup()
     try:
         run(config)
     except rpc.Unreachable as e:  # A role that never came, or refused us.
@@ -82,6 +90,9 @@ def main(argv=None):
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
     except Exception as e:
+        full = diskfull.find(e)
+        if full is not None:
+            _end_disk_full(config, full)
         if config.replicas > 1:
             _end_replica(e)
         if _platform_error(e):  # jax.platform names a device JAX lacks.
@@ -91,6 +102,17 @@ def main(argv=None):
     if config.replicas > 1:
         from embodied.jax import distributed
         distributed.finish()
+
+
+def _end_disk_full(config, error):
+    """Ends a run whose write found no room (its roles have stopped) with
+    one line and exit code 74."""
+    from embodied.run import ending
+    line = ending.disk_full_line(config, error)
+    if config.replicas > 1:
+        _end_replica(RuntimeError(line), code=diskfull.EXIT_IO)
+    print(f'error: {line}', file=sys.stderr, flush=True)
+    sys.exit(diskfull.EXIT_IO)
 
 
 def _platform_error(error):

@@ -38,6 +38,8 @@ import uuid
 
 import elements
 
+from . import diskfull
+
 _NAME = re.compile(r'^\d{12}$')
 _PICKLE_STOP = b'.'  # The last byte of every pickle.
 
@@ -202,7 +204,8 @@ def write(path, savefns):
         sizes = {}
 
         def put(filename, content):
-            _write_file(os.path.join(tmp, filename), content)
+            _write_file(os.path.join(tmp, filename), content,
+                        shown=os.path.join(str(path), filename))
             sizes[filename] = len(content)
 
         for name, savefn in savefns.items():
@@ -299,7 +302,7 @@ def write_atomic(filename, content):
     filename = str(filename)
     tmp = f'{filename}.tmp-{uuid.uuid4().hex[:8]}'
     try:
-        _write_file(tmp, content)
+        _write_file(tmp, content, shown=filename)
         os.replace(tmp, filename)
     except BaseException:
         if os.path.exists(tmp):
@@ -308,8 +311,10 @@ def write_atomic(filename, content):
     _fsync_dir(os.path.dirname(filename) or '.')
 
 
-def _write_file(filename, content):
-    with open(filename, 'wb') as f:
+def _write_file(filename, content, shown=None):
+    """Writes and fsyncs a file; a disk-full error names `shown` (the
+    path the file is written for) or `filename`."""
+    with diskfull.writing(shown or filename), open(filename, 'wb') as f:
         f.write(content)
         f.flush()
         os.fsync(f.fileno())
@@ -318,7 +323,8 @@ def _write_file(filename, content):
 def _fsync_dir(directory):
     fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        with diskfull.writing(directory):
+            os.fsync(fd)
     finally:
         os.close(fd)
 

@@ -28,6 +28,7 @@ import elements
 import numpy as np
 
 from . import chunk as chunklib
+from . import diskfull
 from . import limiters
 from . import selectors
 
@@ -478,6 +479,7 @@ class Replay:
         """
         if not self.directory:
             return {'directory': None}
+        self._raise_full_disk()
         with elements.timer.section('replay_save'):
             with self._lock:
                 for stream in self._streams.values():
@@ -517,9 +519,17 @@ class Replay:
             chunk.write(self.directory)
         except BaseException as e:
             chunk.saved = False  # The next save() tries again.
-            print(f"Replay '{self.name}': could not save {chunk.filename}: "
-                  f"{type(e).__name__}: {e}", flush=True)
+            if not diskfull.is_full(e):  # The next save() raises those.
+                print(f"Replay '{self.name}': could not save "
+                      f"{chunk.filename}: {type(e).__name__}: {e}", flush=True)
             raise
+
+    def _raise_full_disk(self):
+        """Raises the disk-full error of an earlier save's background
+        write: a save after it cannot be complete."""
+        for future in self._pending_writes:
+            if future.done() and diskfull.is_full(future.exception()):
+                raise future.exception()
 
     def load(self, data=None):
         """Reads chunk files from `directory` and rebuilds the items.

@@ -43,8 +43,11 @@ WAIT_MS = 30 * 60 * 1000
 PER_REPLICA_KEYS = (
     'replica', 'logdir', 'errfile', 'run.secret', 'run.actor_addr',
     'run.replay_addr', 'run.logger_addr', 'run.usage', 'logger',
-    'jax.policy_devices', 'jax.coordinator_address', 'clock_addr',
-    'clock_port')
+    'jax.policy_devices', 'jax.coordinator_address', 'jax.gloo_address',
+    'clock_addr', 'clock_port')
+#: The environment variable that, like jax.gloo_address, names the address
+#: or network interface this host's gloo collectives advertise.
+GLOO_ENV = 'EMBODIED_GLOO_ADDRESS'
 
 _lock = threading.Lock()
 _state = {}  # replica, replicas, address once started
@@ -98,13 +101,16 @@ def start(config):
             raise ReplicaError(
                 f'replica is {index}, which is not in [0, {count}) '
                 f'(replicas {count}).')
-        _initialize(address, index, count, timeout, config.jax)
-        _state.update(replica=index, replicas=count, address=address)
+        gloo = _initialize(address, index, count, timeout, config.jax)
+        _state.update(replica=index, replicas=count, address=address,
+                      gloo=gloo)
         from embodied.core import clock as clocklib
         clocklib.use(ClockLink())
         _state['watchdog'] = Watchdog()
+    gloo = _state.get('gloo')
+    gloo = f'; gloo at {next(iter(gloo.values()))}' if gloo else ''
     print(f'Replica {index} of {count} joined the run at {address}: '
-          f'{_device_summary()}.', flush=True)
+          f'{_device_summary()}{gloo}.', flush=True)
     return True
 
 
@@ -140,8 +146,10 @@ def _initialize(address, index, count, timeout, jaxcfg):
               f'to {timeout} s (run.connect_timeout) for the other '
               f'{count - 1}.', flush=True)
     platform = str(jaxcfg.get('platform', 'auto'))
+    gloo = None
     if platform == 'cpu' or os.environ.get('JAX_PLATFORMS', '') == 'cpu':
         jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+        gloo = _advertise_gloo(address, jaxcfg)
     mock = int(jaxcfg.get('mock_devices', 0) or 0)
     if mock:
         jax.config.update('jax_num_cpu_devices', mock)
@@ -162,6 +170,53 @@ def _initialize(address, index, count, timeout, jaxcfg):
             f'{address} within {timeout} s (jax.coordinator_address, '
             f'run.connect_timeout), or not every replica joined: '
             f'{type(e).__name__}: {first}') from None
+    return gloo
+
+
+def gloo_endpoint(address, choice=''):
+    """The keyword gloo gets for where this host listens and what it
+    tells the other replicas: `interface` when `choice` names a network
+    interface here, else `hostname`: `choice`, or the local address from
+    which this host reaches the coordinator at `address`."""
+    import socket
+    choice = str(choice or '').strip()
+    if choice and choice in {name for _, name in socket.if_nameindex()}:
+        return {'interface': choice}
+    if choice:
+        return {'hostname': choice}
+    from embodied.rpc import addresses
+    try:
+        return {'hostname': addresses.local_address_toward(address)}
+    except (OSError, ValueError) as e:
+        raise ReplicaError(
+            f'No route from this host to the coordinator at {address} '
+            f'(jax.coordinator_address): {e}. Set jax.gloo_address (or '
+            f'{GLOO_ENV}) to the address or interface the other replicas '
+            f'reach this host at.') from None
+
+
+def _advertise_gloo(address, jaxcfg):
+    """Has the CPU backend's gloo collectives listen on and advertise
+    `gloo_endpoint` (jax.gloo_address, else EMBODIED_GLOO_ADDRESS, else the
+    route to the coordinator) instead of what this machine's hostname
+    resolves to, which is often a loopback address (127.0.1.1 on Debian)
+    that other hosts cannot reach. Returns the endpoint."""
+    from jax._src import distributed as jax_distributed
+    from jax._src import xla_bridge
+    from jax._src.lib import _jax
+    endpoint = gloo_endpoint(
+        address, jaxcfg.get('gloo_address', '') or os.environ.get(GLOO_ENV))
+
+    def make_cpu_client():
+        client = jax_distributed.global_state.client
+        collectives = client and _jax.make_gloo_tcp_collectives(
+            distributed_client=client, **endpoint)
+        return xla_bridge.make_cpu_client(collectives=collectives or None)
+    # JAX's own CPU factory, with gloo's address given (before any backend
+    # exists, which `start`'s callers ensure).
+    xla_bridge.register_backend_factory(
+        'cpu', make_cpu_client, priority=0, fail_quietly=False)
+    return endpoint
 
 
 def _device_summary():
@@ -457,6 +512,9 @@ def lost_replica_message(error):
         lost = sorted(set(range(replicas())) - set(int(k) for k in live))
     except Exception:
         lost = []
+    if not lost and replicas() == 2:
+        # The heartbeat has not shown it yet; with two, it is the other.
+        lost = [1 - replica()]
     who = (f'replica {", ".join(map(str, lost))}' if lost else
            'another replica')
     return (f'Replica {replica()} lost contact with {who} of '

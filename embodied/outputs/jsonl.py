@@ -9,6 +9,7 @@ import elements
 import numpy as np
 
 from embodied.core import checkpoint
+from embodied.core import diskfull
 
 
 class JSONLOutput(elements.logger.AsyncOutput):
@@ -96,7 +97,8 @@ class JSONLOutput(elements.logger.AsyncOutput):
         if lines:
             if self._newline:
                 lines, self._newline = '\n' + lines, False
-            with self._filename.open('a') as f:
+            with diskfull.writing(self._filename), self._filename.open(
+                    'a') as f:
                 f.write(lines)
 
     def _times(self, latest, now):

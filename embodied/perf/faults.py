@@ -16,6 +16,10 @@ by `--timeout` seconds per command. Faults:
 * `damaged-agent.pkl`, `damaged-replay.pkl`, `damaged-limiter.pkl`,
   `damaged-step.pkl`: the newest save's file cut to 58 bytes after a clean
   stop, then the same command again.
+* `disk-full`: the logdir on a 1 MB tmpfs (needs root, else the row says
+  it was skipped); the run must end with one line (the path, the bytes
+  free, the last complete save) and exit 74, and the same command with
+  64 MB must resume from that save.
 * `garbage`: while the run trains, each of the three ports gets random bytes,
   a zero-length and a 4 GiB frame header (after portal's plain handshake and
   after a wrong token), 50 connections held open, and an unauthenticated
@@ -31,6 +35,15 @@ loopback, run.connect_timeout 20 s):
   before the main run (run.connect_timeout 60 s) and must still connect.
 * `main-killed`: one EMBODIED_SECRET; the main run's process group gets
   SIGKILL while it trains; the env command must end by itself.
+* `replica-killed`: `--kills` times (20), two `--script train` replicas
+  of DreamerV3 `debug` on loopback, one SIGKILLed once both train; the
+  other must exit non-zero within 60 s naming it (CPU-heavy: minutes per
+  kill).
+* `auth-mismatch`: the main run with run.auth on, the env command with
+  `--run.auth False`; the env command must name run.auth and both values.
+* `replay-orphan`: a replay command (`--script parallel_replay`) beside
+  `--run.remote_replay True`; the main run is SIGKILLed after step 100
+  and the replay command must exit 69 within run.connect_timeout.
 
 For these, "what happened" gives each command's exit code, seconds to exit,
 lines written and CPU seconds (the command and the children it waited for).
@@ -71,9 +84,9 @@ ROLE_FILES = {
 class Run:
     """One command of the benchmark in its own process group."""
 
-    def __init__(self, logdir, *flags, timeout=120, name='first'):
+    def __init__(self, logdir, *flags, timeout=120, name='first', logs=None):
         self.logdir = pathlib.Path(logdir)
-        self.logfile = self.logdir.parent / f'{name}.log'
+        self.logfile = pathlib.Path(logs or self.logdir.parent) / f'{name}.log'
         self.deadline = time.monotonic() + timeout
         env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
         env['PYTHONPATH'] = os.pathsep.join(
@@ -203,12 +216,13 @@ class Command(Process):
 
 
 def _remote_pair(tmp, timeout, secret_main, secret_envs, delay=0,
-                 connect_timeout=20, during=None):
+                 connect_timeout=20, during=None, envs_flags=()):
     """The main run with remote envs and an env command; returns both."""
     port = _free_port()
     flags = ('--run.actor_addr', f'127.0.0.1:{port}',
              '--run.connect_timeout', connect_timeout, '--run.steps', '1e9')
-    envs = Command(tmp, 'envs', 'parallel_envs', *flags, secret=secret_envs)
+    envs = Command(tmp, 'envs', 'parallel_envs', *flags, *envs_flags,
+                   secret=secret_envs)
     main = None
     try:
         time.sleep(delay)
@@ -225,8 +239,12 @@ def _remote_pair(tmp, timeout, secret_main, secret_envs, delay=0,
 
 
 def _free_port():
+    return _free_ports(1)[0]
+
+
+def _free_ports(count):
     from embodied.rpc import addresses
-    return addresses.free_ports(1)[0]
+    return addresses.free_ports(count)
 
 
 def fault_envs_wrong_secret(tmp, timeout):
@@ -277,6 +295,53 @@ def fault_main_killed(tmp, timeout):
     return dict(happened=f'main SIGKILLed after step 100; envs: '
                          f'{envs.summary(since)} '
                          f'({envs.lines() - lines} of them after it)',
+                lost='-', killed=[])
+
+
+def fault_auth_mismatch(tmp, timeout):
+    main, envs = _remote_pair(tmp, timeout, 'shared-secret', None,
+                              envs_flags=('--run.auth', 'False'))
+    named = ('run.auth differs (the server has run.auth True, this command '
+             'run.auth False)' in envs.output())
+    told = 'run.auth differs (that command has run.auth False' in (
+        main.output())
+    named = (', run.auth and both values named' if named else
+             ', run.auth NOT named')
+    return dict(happened=f'envs: {envs.summary()}{named}; '
+                         f'main: exit {main.code}'
+                         f'{", run.auth named" if told else ""}',
+                lost='-', killed=[])
+
+
+def fault_replay_orphan(tmp, timeout, connect_timeout=20):
+    """A replay command whose main run is SIGKILLed after step 100."""
+    ports = _free_ports(3)
+    flags = ('--run.actor_addr', f'127.0.0.1:{ports[0]}',
+             '--run.replay_addr', f'127.0.0.1:{ports[1]}',
+             '--run.logger_addr', f'127.0.0.1:{ports[2]}',
+             '--run.connect_timeout', connect_timeout, '--run.steps', '1e9')
+    replay = Command(tmp, 'replay', 'parallel_replay', *flags,
+                     secret='shared-secret')
+    main = Command(tmp, 'main', 'parallel', '--run.remote_replay', 'True',
+                   *flags, secret='shared-secret')
+    try:
+        deadline = time.monotonic() + timeout
+        while not re.search(r'\[Progress\] step [1-9]\d{2,}/', main.output()):
+            if main.poll() is not None or time.monotonic() > deadline:
+                return dict(happened=f'main never reached step 100: '
+                                     f'{main.summary()}', lost='-', killed=[])
+            time.sleep(0.2)
+        killed, lines = time.monotonic(), replay.lines()
+        main.kill()
+        replay.wait(timeout)
+    finally:
+        replay.kill()
+        main.kill()
+    named = 'the main run has ended. Exiting.' in replay.output()
+    return dict(happened=f'main SIGKILLed after step 100; replay: '
+                         f'{replay.summary(killed)} '
+                         f'({replay.lines() - lines} of them after it)'
+                         f'{", the lost logger named" if named else ""}',
                 lost='-', killed=[])
 
 
@@ -461,6 +526,80 @@ def fault_garbage(tmp, timeout):
         lost=max(0, step - saved), killed=killed_roles(run.output()))
 
 
+def fault_disk_full(tmp, timeout):
+    """The logdir on a 1 MB tmpfs (needs root): the run must end with one
+    line and exit 74; then, with 64 MB, the same command must resume."""
+    from embodied.core import diskfull
+    disk = tmp / 'disk'
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', str(disk)],
+            capture_output=True).returncode:
+        return dict(happened='skipped: mounting a small tmpfs needs root',
+                    lost='-', killed=[])
+    try:
+        run = Run(disk / 'run', '--run.steps', '1e9', timeout=timeout,
+                  logs=tmp)
+        try:
+            code = run.wait()
+        finally:
+            run.kill()
+        output = run.output()
+        lines = [x for x in output.splitlines() if 'error' in x.lower()]
+        saved = re.search(r'the last complete save, step (\d+)', output)
+        saved = int(saved.group(1)) if saved else None
+        one = (len(lines) == 1 and 'Traceback' not in output and
+               lines[0].startswith('error: Could not write ') and
+               'bytes free' in lines[0])
+        subprocess.run(['mount', '-o', 'remount,size=64m', str(disk)],
+                       check=True)
+        rerun = Run(disk / 'run', '--run.steps', (saved or 0) + 200,
+                    timeout=timeout, name='rerun', logs=tmp)
+        code2 = rerun.wait()
+        rerun.kill()
+        resumed = resumed_step(rerun.output())
+    finally:
+        subprocess.run(['umount', '-l', str(disk)], capture_output=True)
+    ok = code == diskfull.EXIT_IO and one and resumed == saved
+    return dict(
+        happened=f'exit {code}, {"one line" if one else "NOT one line"} '
+                 f'naming the path, bytes free and the last complete save '
+                 f'{saved}; rerun with space exit {code2}, resumed at '
+                 f'{resumed}{"" if ok else " (FAILED)"}',
+        lost=max(0, run.step() - (saved or 0)),
+        killed=killed_roles(output) + killed_roles(rerun.output()))
+
+
+def fault_replica_killed(tmp, timeout, kills=20):
+    """`kills` times: two `--script train` replicas (DreamerV3 `debug`, 2
+    CPU devices each, loopback), replica 1 SIGKILLed once both train; the
+    survivor must exit non-zero within 60 s naming replica 1."""
+    import collections
+    from embodied.perf import replicas
+    results = []
+    for index in range(kills):
+        folder = tmp / f'kill{index}'
+        folder.mkdir()
+        seconds, code = replicas.seconds_to_exit_after_kill(folder)
+        output = (folder / 'kill0.log').read_text(errors='replace')
+        named = bool(re.search(
+            r'replica 1 of 2 was lost|lost contact with replica 1 of 2',
+            output))
+        results.append((seconds, code, named))
+        print(f'  kill {index + 1}: exit {code} {seconds:.1f} s after it'
+              f'{", replica 1 named" if named else ", NOT named"}', flush=True)
+    good = sum(named and code not in (0, None) and seconds < 60
+               for seconds, code, named in results)
+    codes = collections.Counter(code for _, code, _ in results)
+    seconds = [s for s, _, _ in results]
+    return dict(
+        happened=f'{good} of {kills} kills: the survivor named replica 1 and '
+                 f'exited non-zero within 60 s; exit codes '
+                 f'{dict(sorted(codes.items()))}, {min(seconds):.1f} to '
+                 f'{max(seconds):.1f} s after the kill',
+        lost='-', killed=[])
+
+
 FAULTS = {
     'sigterm-group': fault_sigterm,
     'sigkill-replay': fault_sigkill_role('Replay'),
@@ -471,6 +610,10 @@ FAULTS = {
     'envs-wrong-secret': fault_envs_wrong_secret,
     'envs-before-main': fault_envs_before_main,
     'main-killed': fault_main_killed,
+    'disk-full': fault_disk_full,
+    'auth-mismatch': fault_auth_mismatch,
+    'replay-orphan': fault_replay_orphan,
+    'replica-killed': fault_replica_killed,
 }
 
 
@@ -481,6 +624,8 @@ def main(argv=None):
     parser.add_argument('--timeout', type=float, default=180,
                         help='seconds each command may take')
     parser.add_argument('--markdown', type=str, default='')
+    parser.add_argument('--kills', type=int, default=20,
+                        help='replica-killed: how many pairs to kill')
     args = parser.parse_args(argv)
     # A SIGTERM ends the benchmark through its `finally` blocks, which kill
     # the run it started.
@@ -490,7 +635,9 @@ def main(argv=None):
         start = time.monotonic()
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                row = FAULTS[name](pathlib.Path(tmp), args.timeout)
+                options = {'kills': args.kills} if (
+                    name == 'replica-killed') else {}
+                row = FAULTS[name](pathlib.Path(tmp), args.timeout, **options)
             except Exception as e:
                 row = dict(happened=f'benchmark failed: {type(e).__name__}: '
                                     f'{str(e)[:300]}', lost='?', killed='?')

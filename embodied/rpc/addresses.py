@@ -47,6 +47,20 @@ def client_addr(addr, ipv6=False):
     return f'{host}:{port}'  # portal splits at the last colon, no brackets.
 
 
+def local_address_toward(addr):
+    """The address of this machine from which it reaches `addr`
+    ('host:port'): the source address the routing table picks for it (a
+    UDP socket's connect sends nothing), e.g. 10.0.0.2 on a host whose
+    hostname resolves to 127.0.1.1. Raises OSError when no route exists."""
+    host, port = split(addr)
+    host = host or 'localhost'
+    family, _, _, _, target = socket.getaddrinfo(
+        host, port, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.connect(target)
+        return sock.getsockname()[0]
+
+
 def free_ports(count, ipv6=False):
     """`count` distinct ports that are free right now.
 

@@ -155,10 +155,21 @@ def parse_verdict(message):
     return status == ACCEPTED, bytes(message[16:]).decode('utf-8', 'replace')
 
 
+class NoVerdict(ConnectionError):
+    """A server answered a token handshake without a verdict: it closed the
+    connection or sent something else, as a server that checks no tokens
+    (run.auth False, or portal's own) does."""
+
+
+# Token handshakes in a row answered without a verdict before a client
+# says that run.auth differs; one alone may be a server that is ending.
+NO_VERDICTS = 3
+
+
 def read_verdict(sock):
     """Reads the verdict frame from a blocking socket right after the
-    handshake: (accepted, server name). Raises ConnectionError when the
-    server closed or sent something else."""
+    handshake: (accepted, server name). Raises NoVerdict when the server
+    closed or sent something else."""
     def read(size):
         data = b''
         while len(data) < size:
@@ -169,14 +180,34 @@ def read_verdict(sock):
         return data
     try:
         length = int.from_bytes(read(8), 'little')
+        if not 16 <= length <= _MAX_VERDICT:
+            raise NoVerdict(f'a frame of {length} bytes instead of a verdict')
+        verdict = parse_verdict(read(length))
     except socket.timeout:
-        raise ConnectionError('no verdict on the handshake') from None
-    if not 16 <= length <= _MAX_VERDICT:
-        raise ConnectionError(f'a frame of {length} bytes instead of a verdict')
-    verdict = parse_verdict(read(length))
+        raise NoVerdict('no verdict on the handshake') from None
+    except ConnectionError as e:
+        raise NoVerdict(str(e)) from None
     if verdict is None:
-        raise ConnectionError('a reply instead of a verdict')
+        raise NoVerdict('a reply instead of a verdict')
     return verdict
+
+
+def auth_mismatch(client, server, addr, own):
+    """What a peer prints when it and the server it reached differ in
+    run.auth; `own` is this command's run.auth, the server has the other."""
+    server = server or 'the server'
+    if own:
+        how = (f'{server} at {addr} answered this command\'s token without a '
+               f'verdict, as a server with run.auth False does')
+        fix = ('add --run.auth False to this command, or drop it from the '
+               'main command')
+    else:
+        how = f'{server} at {addr} refused this command'
+        fix = ('drop --run.auth False from this command, or give the main '
+               'command --run.auth False too')
+    return (f'{client}: {how}: run.auth differs (the server has run.auth '
+            f'{not own}, this command run.auth {own}). Start every command '
+            f'of the run with the same run.auth: {fix}.')
 
 
 def still_refused(client, server, addr):

@@ -43,8 +43,13 @@ class Unreachable(ConnectionError):
 
 
 class Refused(Unreachable):
-    """A server refused the handshake: this command's run secret differs
-    from the run's. Its message says which server and what to set."""
+    """A server refused the handshake: this command's run secret, or its
+    run.auth (`auth_differs`), differs from the run's. Its message says
+    which server and what to set."""
+
+    def __init__(self, *args, auth_differs=False):
+        super().__init__(*args)
+        self.auth_differs = auth_differs
 
 
 class BadRequest(RuntimeError):
@@ -64,6 +69,7 @@ class ClientSocket(client_socket.ClientSocket):
     def __init__(self, addr, name='Client', start=True, report_every=30,
                  **kwargs):
         self.refusal = None  # The refusal message while refused.
+        self.auth_differs = False  # Whether it was refused for run.auth.
         self.backoff = backofflib.Backoff(every=report_every)
         super().__init__(addr, name, start, **kwargs)
 
@@ -72,6 +78,7 @@ class ClientSocket(client_socket.ClientSocket):
         # a growing wait between attempts instead of a fixed one.
         handshake = self.options.handshake
         verdict = auth.expects_verdict(handshake)
+        no_verdicts = 0  # In a row (see `auth.NO_VERDICTS`).
         while self.running:
             host, port = self.addr
             if portal_contextlib.context.resolver:
@@ -90,10 +97,18 @@ class ClientSocket(client_socket.ClientSocket):
                 sock.settimeout(0)
                 self.refusal = None
                 return sock
+            except auth.NoVerdict:
+                no_verdicts += 1
+                cap = backofflib.NO_SERVER_WAIT
+                if no_verdicts >= auth.NO_VERDICTS:
+                    self._report_refusal('', f'{host}:{port}', own_auth=True)
+                    cap = None
             except Refused as e:
+                no_verdicts = 0
                 self._report_refusal(str(e), f'{host}:{port}')
                 cap = None
             except (OSError, socket.gaierror):
+                no_verdicts = 0
                 cap = backofflib.NO_SERVER_WAIT
             sock.close()
             self._sleep(self.backoff.next_delay(cap))
@@ -196,12 +211,19 @@ class ClientSocket(client_socket.ClientSocket):
         verdict = auth.parse_verdict(msg)
         if verdict is None or verdict[0]:
             return False
-        self._report_refusal(verdict[1], f'{self.addr[0]}:{self.addr[1]}')
+        self._report_refusal(
+            verdict[1], f'{self.addr[0]}:{self.addr[1]}', own_auth=False)
         self._sleep(self.backoff.next_delay())
         return True
 
-    def _report_refusal(self, server, addr):
-        self.refusal = auth.refusal_message(self.name, server, addr)
+    def _report_refusal(self, server, addr, own_auth=None):
+        """Reports a refusal: of the secret, or with `own_auth` (this
+        command's run.auth) of a run.auth that differs."""
+        self.auth_differs = own_auth is not None
+        if self.auth_differs:
+            self.refusal = auth.auth_mismatch(self.name, server, addr, own_auth)
+        else:
+            self.refusal = auth.refusal_message(self.name, server, addr)
         self.backoff.report('refused', self.refusal, auth.still_refused(
             self.name, server, addr))
 
@@ -317,10 +339,9 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
             client.close(1)
             refusal = client.socket.refusal
             if refusal:
+                differs = client.socket.auth_differs
                 raise Refused(
-                    f'{name}: gave up after {timeout} s (run.connect_timeout): '
-                    f'the server at {addr} kept refusing this command\'s run '
-                    f'secret (see above).')
+                    gave_up(name, timeout, addr, differs), auth_differs=differs)
             raise Unreachable(
                 f'{name}: no server at {addr} after {timeout} s '
                 f'(run.connect_timeout).')
@@ -329,6 +350,15 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
         print(f'{name}: waiting for the server at {addr} for '
               f'{time.monotonic() - start:.0f} s ({wait_limit(timeout)}).',
               flush=True)
+
+
+def gave_up(name, timeout, addr, auth_differs):
+    """The error of a client refused until run.connect_timeout."""
+    what = ('its run.auth differs' if auth_differs else
+            'its run secret differs')
+    return (f'{name}: gave up after {timeout} s (run.connect_timeout): the '
+            f'server at {addr} kept refusing this command: {what} (see '
+            f'above).')
 
 
 def result(future, stop=None, timeout=None, poll=0.1, report_every=None,

@@ -55,6 +55,8 @@ import traceback
 
 import numpy as np
 
+from embodied.core import diskfull
+
 from . import sockets
 from . import wire
 
@@ -457,6 +459,8 @@ class Server:
 
     def _failed(self, method, error, what='method'):
         self.error = self.error or error
+        if diskfull.find(error) is not None:
+            return  # The caller ends the run with one line naming the path.
         text = ''.join(traceback.format_exception(error))
         self._log(f'Error in {what} {method.name}:\n{text}')
 

@@ -114,9 +114,16 @@ class ServerSocket(server_socket.ServerSocket):
             self.refused_from.append(f'{conn.addr[0]}:{conn.addr[1]}')
             self._tell(conn, False)
             if self.refused <= _REPORTED_REFUSALS:
-                print(f'{self.name}: refused a connection from '
-                      f'{conn.addr[0]}:{conn.addr[1]} without the run\'s '
-                      f'secret (see run.auth in docs/faults.md).', flush=True)
+                peer = f'{conn.addr[0]}:{conn.addr[1]}'
+                if _plain(conn.handshake):
+                    print(f'{self.name}: refused a connection from {peer}: '
+                          f'run.auth differs (that command has run.auth '
+                          f'False, this one run.auth True; see run.auth in '
+                          f'docs/faults.md).', flush=True)
+                else:
+                    print(f'{self.name}: refused a connection from {peer} '
+                          f'without the run\'s secret (see run.auth in '
+                          f'docs/faults.md).', flush=True)
             self._disconnect(conn, PermissionError('wrong handshake'))
         else:
             if kind == 'control':
@@ -134,3 +141,11 @@ class ServerSocket(server_socket.ServerSocket):
     def _disconnect(self, conn, e):
         self.control.discard(conn.addr)
         super()._disconnect(conn, e)
+
+
+def _plain(handshake):
+    """Whether a peer opened with portal's plain handshake (run.auth False)
+    rather than a token."""
+    plain = authlib.PORTAL_HANDSHAKE.encode()
+    return bytes(handshake[:len(plain) + 1]) != plain + b':' and bytes(
+        handshake).startswith(plain)

@@ -30,7 +30,8 @@ from . import addresses
 from . import auth
 from . import backoff as backofflib
 from . import wire
-from .client import BadRequest, Refused, RemoteError, Unreachable, wait_limit
+from .client import (
+    BadRequest, Refused, RemoteError, Unreachable, gave_up, wait_limit)
 
 _HANDSHAKE = b'portal_handshake'
 _KEEPALIVE = (10, 10, 10)  # After, every, fails: portal's defaults.
@@ -63,12 +64,23 @@ class SyncClient:
         deadline = None if timeout is None else start + timeout
         next_report = report_every and start + report_every
         refusal = None
+        differs = False  # Whether the refusal is one of run.auth.
+        no_verdicts = 0  # In a row (see `auth.NO_VERDICTS`).
         while True:
             refused = False
             try:
                 sock = _try_connect(host, int(port), ipv6, handshake, verdict)
+                no_verdicts = 0
+            except auth.NoVerdict:
+                sock = None
+                no_verdicts += 1
+                if no_verdicts >= auth.NO_VERDICTS:
+                    refused = differs = True
+                    refusal = auth.auth_mismatch(name, '', addr, True)
+                    backoff.report('refused', refusal, auth.still_refused(
+                        name, '', addr))
             except Refused as e:
-                refused = True
+                refused, differs, no_verdicts = True, False, 0
                 sock, refusal = None, auth.refusal_message(name, str(e), addr)
                 backoff.report('refused', refusal, auth.still_refused(
                     name, str(e), addr))
@@ -77,10 +89,8 @@ class SyncClient:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 if refusal:
-                    raise Refused(
-                        f'{name}: gave up after {timeout} s '
-                        f'(run.connect_timeout): the server at {addr} kept '
-                        f'refusing this command\'s run secret (see above).')
+                    raise Refused(gave_up(name, timeout, addr, differs),
+                                  auth_differs=differs)
                 raise Unreachable(
                     f'{name}: no server at {addr} after {timeout} s '
                     f'(run.connect_timeout).')
@@ -113,9 +123,12 @@ class SyncClient:
             raise portal.Disconnected(f'{self.addr}: {e}') from None
         verdict = auth.parse_verdict(reply)
         if verdict is not None and not verdict[0]:
-            # A plain handshake of ours met a server with `auth`.
+            # A plain handshake of ours (run.auth False) met a server with
+            # `auth`.
             self.close()
-            raise Refused(auth.refusal_message(self.name, verdict[1], self.addr))
+            raise Refused(
+                auth.auth_mismatch(self.name, verdict[1], self.addr, False),
+                auth_differs=True)
         status = int.from_bytes(reply[8:16], 'little')
         if status == 0:
             return wire.unpack(reply[16:])
@@ -142,8 +155,9 @@ class SyncClient:
 
 
 def _try_connect(host, port, ipv6, handshake, verdict):
-    """A connected socket, None when no server took the connection, or
-    `Refused` (its message: the server's name) when one refused it."""
+    """A connected socket, None when no server took the connection,
+    `Refused` (its message: the server's name) when one refused it, or
+    `auth.NoVerdict` when one answered its token without a verdict."""
     family = socket.AF_INET6 if ipv6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -152,6 +166,9 @@ def _try_connect(host, port, ipv6, handshake, verdict):
         sock.sendall(handshake)
         accepted, server = auth.read_verdict(sock) if verdict else (True, '')
         sock.settimeout(None)
+    except auth.NoVerdict:
+        sock.close()
+        raise
     except (OSError, socket.gaierror):
         sock.close()
         return None

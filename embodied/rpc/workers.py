@@ -38,10 +38,12 @@ import cloudpickle
 import portal
 import psutil
 
+from embodied.core import diskfull
 from embodied.core import signals
 
 from . import addresses
-from .supervisor import EXIT_PORT_TAKEN
+from .client import Unreachable
+from .supervisor import EXIT_PORT_TAKEN, exit_code
 
 _PR_SET_PDEATHSIG = 1
 _ERROR_CHARS = 2000  # Longest error summary a worker passes to its parent.
@@ -199,7 +201,14 @@ def _run(fn, name):
     except addresses.PortTaken as e:
         print(f"'{name}': {e}", file=sys.stderr, flush=True)
         return EXIT_PORT_TAKEN, None
+    except Unreachable as e:
+        # A peer that never came or refused this run: the client printed
+        # why, and the launcher ends the run with one line.
+        return exit_code(e), summary(e)
     except BaseException as e:
+        if diskfull.find(e) is not None:
+            # The launcher ends the run with one line naming the path.
+            return diskfull.EXIT_IO, summary(e)
         _print_error(name)
         return _error_code(e), summary(e)
 

@@ -4,6 +4,7 @@ import elements
 
 from embodied.core import checkpoint as cplib
 from embodied.run import arguments
+from embodied.run import ending
 from embodied.run import episodes as episodeslib
 from embodied.run import loop as looplib
 from embodied.run import saving
@@ -11,6 +12,7 @@ from embodied.run import videos
 from embodied.run.learning import prefix
 
 
+@ending.in_one_line
 def eval_only(make_agent, make_env, make_logger, args):
     """Steps `args.envs` envs with the agent's policy in 'eval' mode until
     `args.steps` env steps, logging episode statistics. The agent comes from

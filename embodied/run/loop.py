@@ -139,6 +139,10 @@ def restore(args, agent, logger, **replays):
     cp = saving.RunCheckpoint(args)
     cp['agent'].agent = agent
     for name, replay in replays.items():
+        if hasattr(replay, 'save_wait'):
+            # A save must not outrun its chunk files (a full disk would
+            # leave a complete-looking save without them).
+            replay.save_wait = True
         setattr(cp['replay'], name, replay)
     cp['logger'].step = step
     if args.from_checkpoint and saving.resume_tag(

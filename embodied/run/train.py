@@ -2,11 +2,13 @@
 
 import embodied
 from embodied.run import arguments
+from embodied.run import ending
 from embodied.run import episodes as episodeslib
 from embodied.run import learning
 from embodied.run import loop as looplib
 
 
+@ending.in_one_line
 def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
     """Collects data with `args.envs` envs and trains at `args.train_ratio`
     (replayed steps per env step) until `args.steps` env steps or

@@ -2,11 +2,13 @@
 
 import embodied
 from embodied.run import arguments
+from embodied.run import ending
 from embodied.run import episodes as episodeslib
 from embodied.run import learning
 from embodied.run import loop as looplib
 
 
+@ending.in_one_line
 def train_eval(
         make_agent, make_replay_train, make_replay_eval, make_env_train,
         make_env_eval, make_stream, make_logger, args):

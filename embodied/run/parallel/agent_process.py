@@ -34,6 +34,12 @@ from embodied.run.parallel.link import AgentLink
 from embodied.run.learning import prefix
 
 
+# Thread ends that need no traceback: the launcher retries with other ports,
+# or the thread's client printed why a peer never came or refused it.
+_QUIET_ENDS = (rpc.supervisor.EXIT_PORT_TAKEN,
+               rpc.supervisor.EXIT_UNREACHABLE, rpc.supervisor.EXIT_REFUSED)
+
+
 def parallel_agent(make_agent, args):
     """One agent shared by the actor and learner threads."""
     args = arguments.normalize(args)
@@ -48,8 +54,8 @@ def parallel_agent(make_agent, args):
         for thread in (actor, learner):
             if thread.exitcode not in (None, 0):
                 link.abort()
-                if thread.exitcode == rpc.supervisor.EXIT_PORT_TAKEN:
-                    return thread.exitcode  # The launcher retries.
+                if thread.exitcode in _QUIET_ENDS:
+                    return thread.exitcode
                 raise _ThreadFailed(
                     f'The {thread.name.lower()} thread failed: '
                     f'{thread.error or f"exit code {thread.exitcode}"}',

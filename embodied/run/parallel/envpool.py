@@ -40,7 +40,8 @@ FATAL = (EXIT_ENV_INIT, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_REFUSED)
 # Exit codes of a worker that gave up on the actor, and why.
 NO_ACTOR = {
     EXIT_UNREACHABLE: 'found no actor within run.connect_timeout',
-    EXIT_REFUSED: 'was refused by the actor: the run secret differs'}
+    EXIT_REFUSED: ('was refused by the actor: its run secret or its '
+                   'run.auth differs (see above)')}
 
 
 class EnvInitError(RuntimeError):

@@ -37,7 +37,9 @@ import time
 
 import embodied
 from embodied import rpc
+from embodied.core import diskfull
 from embodied.run import arguments
+from embodied.run import ending
 from embodied.run import progress
 from embodied.run import saving
 from embodied.run import stopping
@@ -56,6 +58,7 @@ ADDR_KEYS = ('actor_addr', 'replay_addr', 'logger_addr')
 PORT_ATTEMPTS = 3
 
 
+@ending.in_one_line
 def combined(
         make_agent, make_replay_train, make_replay_eval, make_env_train,
         make_env_eval, make_stream, make_logger, args):
@@ -182,10 +185,15 @@ class _Launch(save_and_stop.SaveAndStop):
                 try:
                     self._connect(start)
                     reason = self._loop(start, signal)
-                except rpc.WorkerFailed as e:
+                except Exception as e:
                     self._fail(e)
                     raise
-                self._stop(reason)
+                try:
+                    self._stop(reason)
+                except Exception as e:
+                    if diskfull.find(e) is not None:
+                        self._end_unsaved()
+                    raise
         except BaseException:
             self.envs.kill()
             self.group.kill()

@@ -71,10 +71,11 @@ def command(script, argv=None):
         flags.append(arg)
     if not found:
         return None
-    return shlex.join(['python', *_program(), *flags])
+    return shlex.join(['python', *program(), *flags])
 
 
-def _program():
+def program():
+    """How this process was started: `['-m', module]` or `[script]`."""
     main = sys.modules.get('__main__')
     spec = getattr(main, '__spec__', None)
     if spec is not None and spec.name:

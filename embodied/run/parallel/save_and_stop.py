@@ -22,6 +22,9 @@ RPC methods called: actor `pause`, `resume`, `drained`, `status`, `save`,
 
 import time
 
+from embodied import rpc
+from embodied.core import diskfull
+
 STOP_DRAIN = 3              # seconds a stop waits for transitions in flight
 
 
@@ -34,7 +37,13 @@ class SaveAndStop:
     ROLE_OF = {'Agent': 'actor', 'Replay': 'replay', 'Logger': 'logger'}
 
     def _fail(self, error):
-        """Ends the run for `error`, saving first what can be saved."""
+        """Ends the run for `error`, saving first what can be saved; after
+        a write that found no room, stops every role without a save."""
+        if diskfull.find(error) is not None:
+            self._end_unsaved()
+            return
+        if not isinstance(error, rpc.WorkerFailed):
+            return
         print(f'Ending the run: {error}', flush=True)
         if error.name in self.envs.names and len(self.clients) == 3:
             # Agent, replay and logger are fine: stop as usual, then fail.
@@ -80,6 +89,27 @@ class SaveAndStop:
             # An agent thread ends only when asked; its process is ours.
             self._try(lambda: self.clients['actor'].call('shutdown').result(
                 timeout=5))
+
+    def _end_unsaved(self):
+        """Ends every role in order without saving: after a write found no
+        room a save would not fit either, and the saves on disk stay as
+        they are. Roles already gone are skipped."""
+        self.envs.stopping()
+        self.may_exit = [w.name for w in self.group.workers]
+        for role, method in (('actor', 'stop_learner'),
+                             ('actor', 'stop_envs')):
+            self._try_call(role, method)
+        if self.envs.wait(10):
+            self.envs.kill()
+        for role in ('actor', 'replay', 'logger'):
+            self._try_call(role, 'shutdown')
+        if self.group.wait(15):
+            self.group.kill()
+
+    def _try_call(self, role, method, timeout=5):
+        client = self.clients.get(role)
+        if client is not None and client.connected:
+            self._try(lambda: client.call(method).result(timeout=timeout))
 
     def _try(self, fn, what=None):
         try:

@@ -212,3 +212,116 @@ def test_backoff_grows_and_reports_each_reason_once_per_interval(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == 'lost it' and out[1] == 'refused'
     assert out[2].startswith('still lost (1 more times in the last')
+
+
+def test_env_command_without_auth_against_a_run_with_auth_names_run_auth(
+        tmp_path, commands, capsys):
+    server = rpc.Server('127.0.0.1:0', 'Actor',
+                        auth=auth.Credentials.from_secret('the-runs-secret'))
+    server.bind('act', lambda data: data, batch=1)
+    with server:
+        port = server.port
+        envs = commands(
+            tmp_path / 'envs', 'parallel_envs', *ENVS, '--run.auth', 'False',
+            '--run.actor_addr', f'127.0.0.1:{port}',
+            '--run.connect_timeout', '20')
+        assert envs.wait(240) == rpc.supervisor.EXIT_REFUSED
+    output = envs.output()
+    assert 'Traceback' not in output, output
+    said = [line for line in output.splitlines() if 'run.auth differs' in line]
+    assert said and f'Actor at 127.0.0.1:{port} refused this ' \
+        'command' in said[0], output
+    assert '(the server has run.auth True, this command run.auth False)' \
+        in said[0]
+    assert 'secret differs' not in output, output
+    assert 'refused a connection from 127.0.0.1:' in capsys.readouterr().out
+
+
+def test_env_command_with_auth_against_a_run_without_names_run_auth(
+        tmp_path, commands):
+    server = rpc.Server('127.0.0.1:0', 'Actor')  # run.auth False.
+    server.bind('act', lambda data: data, batch=1)
+    with server:
+        envs = commands(
+            tmp_path / 'envs', 'parallel_envs', *ENVS,
+            '--run.actor_addr', f'127.0.0.1:{server.port}',
+            '--run.connect_timeout', '5', secret='a-secret')
+        assert envs.wait(240) == rpc.supervisor.EXIT_REFUSED
+    output = envs.output()
+    assert 'Traceback' not in output, output
+    said = [line for line in output.splitlines()
+            if 'run.auth differs (the server' in line]
+    assert len(said) == 1, output
+    assert '(the server has run.auth False, this command run.auth True)' \
+        in said[0]
+    assert 'add --run.auth False to this command' in said[0]
+    assert 'its run.auth differs' in output
+
+
+def test_replay_command_whose_main_run_dies_ends_by_itself(
+        tmp_path, commands):
+    ports = [free_port() for _ in range(3)]
+    flags = (*ENVS, '--run.actor_addr', f'127.0.0.1:{ports[0]}',
+             '--run.replay_addr', f'127.0.0.1:{ports[1]}',
+             '--run.logger_addr', f'127.0.0.1:{ports[2]}',
+             '--run.connect_timeout', '10', '--run.steps', '1e9')
+    replay = commands(tmp_path / 'replay', 'parallel_replay', *flags,
+                      secret='shared')
+    main = commands(tmp_path / 'main', 'parallel', *flags,
+                    '--run.remote_replay', 'True', secret='shared')
+    main.wait_for(r'\[Progress\] step [1-9]')
+    assert replay.poll() is None, replay.output()[-3000:]
+    main.kill()
+    killed = time.monotonic()
+    code = replay.wait(120)
+    output = replay.output()
+    assert code == rpc.supervisor.EXIT_UNREACHABLE, output[-3000:]
+    assert time.monotonic() - killed < 10 + 30, output[-3000:]
+    assert re.search(rf'Replay: no logger at 127.0.0.1:{ports[2]} for 10 s '
+                     r'\(run.connect_timeout\): the main run has ended',
+                     output), output[-3000:]
+    assert 'Traceback' not in output, output[-3000:]
+
+
+ORIGINAL_WITH_TIMEOUT = '''
+import sys
+import elements
+import original_main
+from embodied import main as mainlib
+# The original's args, plus run.connect_timeout so the refusal ends soon.
+mainlib.make_args = lambda config: elements.Config(
+    **original_main.original_args(config),
+    connect_timeout=config.run.connect_timeout)
+if __name__ == '__main__':
+    mainlib.run(mainlib.parse(sys.argv[1:]))
+'''
+
+
+def test_main_command_through_the_original_main_ends_in_one_line(tmp_path):
+    """The original's main.py calls the runners itself, without
+    `embodied.main`'s handlers: a refused peer still ends the command with
+    one line and exit code 77."""
+    script = tmp_path / 'original_with_timeout.py'
+    script.write_text(ORIGINAL_WITH_TIMEOUT)
+    server = rpc.Server('127.0.0.1:0', 'Replay',
+                        auth=auth.Credentials.from_secret('another-secret'))
+    with server:
+        port = server.port
+        flags = ('--script', 'parallel', *COMMON, *ENVS,
+                 '--run.remote_replay', 'True',
+                 '--run.replay_addr', f'127.0.0.1:{port}',
+                 '--run.connect_timeout', '5', '--logdir', tmp_path / 'main')
+        env = launch.env()
+        env[auth.ENV_VAR] = 'the-runs-secret'
+        main = faults.Process(launch.command(*flags, script=script), env,
+                              tmp_path / 'main.log')
+        try:
+            code = main.wait(240)
+        finally:
+            main.kill()
+    output = main.output()
+    assert code == rpc.supervisor.EXIT_REFUSED, output[-3000:]
+    assert 'Traceback' not in output, output[-3000:]
+    errors = [x for x in output.splitlines() if x.startswith('error: ')]
+    assert len(errors) == 1, output[-3000:]
+    assert f'The replay at 127.0.0.1:{port} kept refusing' in errors[0]

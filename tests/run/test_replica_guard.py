@@ -1,0 +1,64 @@
+"""The parent of a replica's command: passes the child's exit code on,
+and names the lost replica when gloo or JAX ended the child by a signal;
+and the address gloo advertises."""
+
+import socket
+import sys
+
+import elements
+import pytest
+
+from embodied.jax import distributed
+from embodied.rpc import addresses
+from embodied.run import replica_guard
+
+CONFIG = elements.Config(replica=0, replicas=2)
+
+
+def child(code):
+    return [sys.executable, '-c', code]
+
+
+def test_exit_code_of_the_child_is_passed_on(capfd):
+    assert replica_guard.supervise(
+        CONFIG, [], child('import sys; sys.exit(3)')) == 3
+    assert replica_guard.supervise(CONFIG, [], child('pass')) == 0
+
+
+def test_child_ended_by_gloo_names_the_lost_replica(capfd):
+    code = replica_guard.supervise(CONFIG, [], child(
+        "import os, sys; sys.stderr.write('[gloo] Connection closed by "
+        "peer [10.0.0.2]:4242\\n'); sys.stderr.flush(); os.abort()"))
+    assert code == replica_guard.EXIT_LOST
+    err = capfd.readouterr().err
+    assert 'Connection closed by peer' in err  # Relayed.
+    lines = [x for x in err.splitlines() if x.startswith('Replica 0:')]
+    assert len(lines) == 1, err
+    assert 'replica 1 of 2 was lost' in lines[0]
+    assert 'SIGABRT (exit code -6)' in lines[0]
+
+
+def test_child_killed_otherwise_keeps_the_signal_in_its_code(capfd):
+    code = replica_guard.supervise(CONFIG, [], child(
+        'import os, signal; os.kill(os.getpid(), signal.SIGKILL)'))
+    assert code == 128 + 9
+    assert 'was lost' not in capfd.readouterr().err
+
+
+def test_more_replicas_say_another_was_lost():
+    line = replica_guard.lost_message(
+        elements.Config(replica=2, replicas=4), -6)
+    assert 'another replica of 4 was lost' in line
+
+
+def test_gloo_advertises_the_address_that_reaches_the_coordinator():
+    assert addresses.local_address_toward('127.0.0.1:1') == '127.0.0.1'
+    assert distributed.gloo_endpoint('127.0.0.1:1') == {
+        'hostname': '127.0.0.1'}
+    assert distributed.gloo_endpoint('127.0.0.1:1', '10.1.2.3') == {
+        'hostname': '10.1.2.3'}
+    names = [name for _, name in socket.if_nameindex()]
+    if 'lo' not in names:
+        pytest.skip('no interface named lo')
+    assert distributed.gloo_endpoint('127.0.0.1:1', 'lo') == {
+        'interface': 'lo'}
