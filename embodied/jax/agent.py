@@ -26,10 +26,7 @@ Devices. The learner runs on the train mesh and the policy on the policy
 mesh (`jax.train_mesh`, `jax.policy_mesh`: 'd,f,t', see `mesh.py`); batches
 are split over the data axes ('d', 'f'), and the state (parameters,
 optimizer) is laid out by the model's `partition_rules` (see
-`sharding.py`; replicated without rules). With `jax.policy_platform cpu`
-the policy mesh is the host's CPU beside a GPU learner: on one GPU, whose
-programs run one after another, the policy then never waits behind a
-train step. `save()` returns whole host
+`sharding.py`; replicated without rules). `save()` returns whole host
 arrays and `load()` lays them out by the current mesh, so checkpoints do
 not depend on the layout.
 

@@ -15,9 +15,6 @@ import threading
 from . import mesh as meshlib
 
 PLATFORMS = ('auto', 'cpu', 'cuda', 'gpu', 'tpu')
-# jax.policy_platform: '' acts where the learner trains; 'cpu' on the host's
-# CPU, beside a GPU learner.
-POLICY_PLATFORMS = ('', 'cpu')
 DTYPES = ('auto', 'float32', 'bfloat16')  # float16 would need loss scaling
 
 CACHE_OFF = 'off'  # $EMBODIED_JAX_CACHE value that turns the cache off
@@ -70,8 +67,6 @@ def setup(jaxcfg, logdir=None):
             'embodied.jax.distributed.start(config) before building the '
             'agent.')
     _check_choice('jax.compute_dtype', jaxcfg.compute_dtype, DTYPES)
-    policy_platform = str(getattr(jaxcfg, 'policy_platform', '') or '')
-    _check_choice('jax.policy_platform', policy_platform, POLICY_PLATFORMS)
     with _lock:
         _configure_before_start(jaxcfg)
         import jax
@@ -91,9 +86,6 @@ def setup(jaxcfg, logdir=None):
     # Device indices name this host's devices. The policy acts on its own
     # host's; with several replicas the learner's mesh spans the devices
     # each host names (one global mesh).
-    if policy_platform and policy_platform != platform:
-        local = [d for d in jax.devices(policy_platform)
-                 if d.process_index == jax.process_index()]
     policy = meshlib.choose_devices(
         local, _pick(local, jaxcfg.policy_devices, 'jax.policy_devices'),
         policy_mesh, 'jax.policy_mesh')
@@ -141,9 +133,6 @@ def _configure_before_start(jaxcfg):
     import jax
     if jaxcfg.platform != 'auto' and not _backend_started():
         platform = 'cuda' if jaxcfg.platform == 'gpu' else jaxcfg.platform
-        policy = str(getattr(jaxcfg, 'policy_platform', '') or '')
-        if policy and policy != platform:
-            platform = f'{platform},{policy}'  # Both backends start.
         if 'JAX_PLATFORMS' not in os.environ:
             jax.config.update('jax_platforms', platform)
     if jaxcfg.mock_devices:

@@ -281,23 +281,12 @@ def test_without_jit():
     ('platform', 'cuda', embodied.jax.PlatformError),
     ('platform', 'quantum', ValueError),
     ('compute_dtype', 'int8', ValueError),
-    ('policy_platform', 'tpu', ValueError),
     ('train_devices', [5], embodied.jax.PlatformError),
 ])
 def test_bad_jax_config_gives_clear_error(key, value, error):
     with pytest.raises(error, match=key if key != 'platform' or
                        value == 'quantum' else '--jax.platform cpu'):
         ToyAgent(OBS, ACT, make_config(**{key: value}))
-
-
-def test_a_host_policy_on_a_cpu_learner_acts_and_trains():
-    """jax.policy_platform cpu beside a CPU learner is the same devices (on
-    a GPU machine the policy mesh takes the host's CPU devices)."""
-    agent = ToyAgent(OBS, ACT, make_config(policy_platform='cpu'))
-    assert agent.runtime.policy_devices[0].platform == 'cpu'
-    _, act, _ = agent.policy(agent.init_policy(4), make_obs())
-    assert act['action'].shape == (4,)
-    agent.train(agent.init_train(4), make_batch())
 
 
 class CountTraces:
