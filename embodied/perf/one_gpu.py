@@ -73,7 +73,7 @@ def make_parser():
         '--policy_scale', type=float, default=1.0,
         help='above --policy_rows, each extra row adds this fraction of '
              'policy_ms / policy_rows')
-    parser.add_argument('--env_ms', type=float, default=5.0)
+    parser.add_argument('--env_ms', type=float, default=1.0)
     parser.add_argument('--copy_ms', type=float, default=0.05)
     parser.add_argument(
         '--split', type=float, nargs='+', default=[1.0],
@@ -86,6 +86,12 @@ def make_parser():
         '--host_policy_ms', type=float, default=0.0,
         help='> 0: the policy on the host for this long, off the device')
     parser.add_argument('--copy_every', type=int, default=1)
+    parser.add_argument(
+        '--dilate', type=float, default=2.0,
+        help='every simulated time (device items, env steps) runs this '
+             'many times slower, and the figures are scaled back, so that '
+             'this machine\'s own runner overhead counts 1/dilate as much '
+             '(2 calibrates the 2-core machine to the H200 run)')
     parser.add_argument('--seconds', type=float, default=60)
     parser.add_argument('--warmup', type=float, default=10)
     parser.add_argument('--old', type=str, default='')
@@ -143,16 +149,17 @@ def measure(args, envs, root, hook, tmp):
     """One run at `envs` envs in the tree at `root`; its figures."""
     trace = tmp / f'trace-{os.getpid()}-{envs}.jsonl'
     trace.unlink(missing_ok=True)
+    k = args.dilate
     options = dict(
-        train_ms=args.train_ms, policy_ms=args.policy_ms,
+        train_ms=k * args.train_ms, policy_ms=k * args.policy_ms,
         policy_rows=args.policy_rows, policy_scale=args.policy_scale,
-        report_ms=args.train_ms, copy_ms=args.copy_ms, split=args.split,
-        serial_updates=args.serial_updates,
-        host_policy_ms=args.host_policy_ms, copy_every=args.copy_every,
+        report_ms=k * args.train_ms, copy_ms=k * args.copy_ms,
+        split=args.split, serial_updates=args.serial_updates,
+        host_policy_ms=k * args.host_policy_ms, copy_every=args.copy_every,
         trace=str(trace))
     env = {
         simulated_gpu.OPTIONS: json.dumps(options),
-        simulated_gpu.ENV_MS: str(args.env_ms),
+        simulated_gpu.ENV_MS: str(k * args.env_ms),
         'PYTHONPATH': str(hook)}
     with tempfile.TemporaryDirectory(dir=tmp) as logdir:
         output, _, _, lines, _ = throughput.launch(
@@ -172,6 +179,7 @@ def figures(args, output, lines, snapshots):
             f'no steady window of progress lines and device counters:\n'
             f'{output[-2000:]}')
     (t0, step0), (t1, step1) = window
+    k = args.dilate  # Simulated times ran k times slower: scale back.
     a, b = at(snapshots, t0), at(snapshots, t1)
     seconds = t1 - t0
     split = len(args.split)
@@ -181,11 +189,11 @@ def figures(args, output, lines, snapshots):
     summary = re.findall(r'\[Summary\] (.*)', output)
     values = dict(x.split('=') for x in summary[-1].split()) if summary else {}
     return dict(
-        env_fps=(step1 - step0) / seconds,
-        learner=100 * updates / seconds / (1000 / args.train_ms),
-        busy=100 * sum(diff('busy', k) for k in b['busy']) / seconds,
-        policy_wait_ms=1000 * diff('policy_seconds') / max(1, calls),
-        policy_batch_ms=float(values.get('policy_batch_ms', 'nan')),
+        env_fps=k * (step1 - step0) / seconds,
+        learner=100 * updates / seconds / (1000 / (k * args.train_ms)),
+        busy=100 * sum(diff('busy', kind) for kind in b['busy']) / seconds,
+        policy_wait_ms=1000 * diff('policy_seconds') / max(1, calls) / k,
+        policy_batch_ms=float(values.get('policy_batch_ms', 'nan')) / k,
         policy_rows=diff('policy_rows') / max(1, calls),
         lag=diff('lag_sum') / max(1, calls))
 
@@ -270,7 +278,8 @@ def markdown(args, results, trees):
     lines = [
         f'One simulated GPU: train {args.train_ms:g} ms, policy '
         f'{args.policy_ms:g} ms (up to {args.policy_rows} rows), env step '
-        f'{args.env_ms:g} ms, update split {args.split}, serial updates '
+        f'{args.env_ms:g} ms, time dilated {args.dilate:g}x, update split '
+        f'{args.split}, serial updates '
         f'{args.serial_updates}, host policy {args.host_policy_ms:g} ms, '
         f'runner flags {" ".join(args.runner_flags) or "none"}; medians over '
         f'the rounds.', '',

@@ -15,6 +15,7 @@ puts them on a GPU:
   copy and the lag of that copy is recorded.
 * `policy` submits a policy program and waits for it (the actions are read
   back); `report` and `save` wait for everything submitted before them.
+* `stream` reads batches ahead in a background thread, 2 at most.
 
 Options (one JSON object in the variable `EMBODIED_SIMULATED_GPU`, read
 when the agent is built): `train_ms`, `policy_ms` (a policy call of up to
@@ -198,6 +199,12 @@ def _make_agent_class():
         def report(self, carry, data):
             self.device.run('report', self.options['report_ms'])
             return super().report(carry, data)
+
+        def stream(self, st):
+            # As our JAX agent: batches read ahead by a background thread
+            # (there it also moves them to the device).
+            import embodied
+            return embodied.streams.Prefetch(st, lambda x: x, amount=2)
 
         def save(self):
             self.device.run('save', 0.0)

@@ -152,7 +152,8 @@ def test_figures_are_taken_over_the_steady_window():
         dict(time=135.0, busy={'train': 16.0, 'policy': 3.5},
              items={'train': 310}, policy_calls=310, policy_seconds=6.2,
              policy_rows=2480, lag_sum=152)]
-    args = one_gpu.make_parser().parse_args(['--train_ms', '50'])
+    args = one_gpu.make_parser().parse_args(
+        ['--train_ms', '50', '--dilate', '1'])
     args.warmup = 5
     row = one_gpu.figures(args, '[Summary] policy_batch_ms=3.5\n', lines,
                           snapshots)
@@ -164,6 +165,17 @@ def test_figures_are_taken_over_the_steady_window():
     assert row['policy_batch_ms'] == 3.5
     assert row['policy_rows'] == pytest.approx(8.0)
     assert row['lag'] == pytest.approx(0.5)
+    # Dilated 2x, the same run stands for a device twice as fast: rates
+    # double and waits halve; shares (learner, busy) and the lag stay.
+    args.dilate, args.train_ms = 2, 25  # Items of 50 ms on the device.
+    fast = one_gpu.figures(args, '[Summary] policy_batch_ms=3.5\n', lines,
+                           snapshots)
+    assert fast['env_fps'] == pytest.approx(40.0)
+    assert fast['learner'] == pytest.approx(row['learner'])
+    assert fast['busy'] == pytest.approx(row['busy'])
+    assert fast['policy_wait_ms'] == pytest.approx(10.0)
+    assert fast['policy_batch_ms'] == pytest.approx(1.75)
+    assert fast['lag'] == pytest.approx(row['lag'])
 
 
 def test_no_window_is_an_error_that_shows_the_output():
@@ -176,6 +188,7 @@ def test_the_benchmark_runs_the_runner_on_the_simulated_device(tmp_path):
     table = tmp_path / 'table.md'
     result = subprocess.run(
         [sys.executable, '-m', 'embodied.perf.one_gpu', '--envs', '4',
+         '--dilate', '1',
          '--seconds', '24', '--warmup', '2', '--train_ms', '20',
          '--env_ms', '2', '--markdown', str(table)],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
