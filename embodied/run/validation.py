@@ -47,7 +47,6 @@ _RULES = {
     'wait_report': ('positive', _POSITIVE_SECONDS),
     'connect_timeout': ('positive', _POSITIVE_SECONDS),
     'actor_flush': ('nonnegative', 'a number of seconds >= 0'),
-    'updates_ahead': ('nonnegative_int', 'an integer >= 0'),
     'save_keep': ('positive_int', 'an integer >= 1'),
     'drain_timeout': ('positive', _POSITIVE_SECONDS),
     'eval_video': ('nonnegative_int', 'an integer >= 0'),

@@ -5,7 +5,7 @@
         batch = next(train stream)          # replay 'sample_batch_train'
         carry, outs, metrics = agent.train(carry, batch)
         (previous update's outs and metrics, read now, after this update
-         was dispatched; with run.updates_ahead 0, before it:)
+         was dispatched:)
         replay.update(outs['replay'])       # replay context, if any
         every run.report_every: agent.report on 'sample_batch_report'
                                 (and 'sample_batch_eval' with eval envs)
@@ -137,11 +137,6 @@ def parallel_learner(agent, barrier, args):
                     link.count('replica_stop')
                     stop.set()
                 break
-            if pending and not args.updates_ahead:
-                # The last update ran before this one is dispatched, so that
-                # policy calls that came meanwhile run first (one device).
-                finish_update(*pending)
-                pending = None
             start = time.monotonic()
             with elements.timer.section('train_step'), link.train_lock:
                 carry, outs, mets = agent.train(carry, batch)
