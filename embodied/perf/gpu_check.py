@@ -28,7 +28,6 @@ table.
 """
 
 import argparse
-import os
 import pathlib
 import re
 import shutil

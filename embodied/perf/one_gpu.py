@@ -38,15 +38,12 @@ import pathlib
 import re
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 
 from embodied.perf import simulated_gpu
 from embodied.perf import throughput
-from embodied.perf.revisions import export
+from embodied.perf import revisions
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 # The H200 run this model reproduces (atari size12m, 16 envs, 2026-11-26).
 H200 = dict(env_fps=476, learner=72.0, policy_batch_ms=26.4)
 FLAGS = (
@@ -80,9 +77,6 @@ def make_parser():
         help='the update as several programs, as fractions of train_ms, '
              'each submitted once the one before has run')
     parser.add_argument(
-        '--serial_updates', action='store_true',
-        help='submit an update only once the last one has run')
-    parser.add_argument(
         '--host_policy_ms', type=float, default=0.0,
         help='> 0: the policy on the host for this long, off the device')
     parser.add_argument('--copy_every', type=int, default=1)
@@ -114,14 +108,7 @@ def main(argv=None):
         hook.mkdir()
         shutil.copy(simulated_gpu.__file__, hook / 'simulated_gpu.py')
         (hook / 'sitecustomize.py').write_text(SITECUSTOMIZE)
-        trees = {'': ROOT}
-        if args.old:
-            try:
-                trees = {args.old: export(args.old, tmp / 'old'), '': ROOT}
-            except subprocess.CalledProcessError as e:
-                print(f'--old {args.old}: no such git revision here '
-                      f'({e.stderr.decode().strip()})', file=sys.stderr)
-                sys.exit(2)
+        trees = revisions.trees(args.old, tmp)
         results = {}
         for index in range(rounds):
             order = list(trees.items())
@@ -154,7 +141,7 @@ def measure(args, envs, root, hook, tmp):
         train_ms=k * args.train_ms, policy_ms=k * args.policy_ms,
         policy_rows=args.policy_rows, policy_scale=args.policy_scale,
         report_ms=k * args.train_ms, copy_ms=k * args.copy_ms,
-        split=args.split, serial_updates=args.serial_updates,
+        split=args.split,
         host_policy_ms=k * args.host_policy_ms, copy_every=args.copy_every,
         trace=str(trace))
     env = {
@@ -279,8 +266,7 @@ def markdown(args, results, trees):
         f'One simulated GPU: train {args.train_ms:g} ms, policy '
         f'{args.policy_ms:g} ms (up to {args.policy_rows} rows), env step '
         f'{args.env_ms:g} ms, time dilated {args.dilate:g}x, update split '
-        f'{args.split}, serial updates '
-        f'{args.serial_updates}, host policy {args.host_policy_ms:g} ms, '
+        f'{args.split}, host policy {args.host_policy_ms:g} ms, '
         f'runner flags {" ".join(args.runner_flags) or "none"}; medians over '
         f'the rounds.', '',
         '| tree | envs | ' + ' | '.join(t for _, t, _ in COLUMNS) + ' |',

@@ -24,9 +24,7 @@ extra row as a fraction of `policy_ms / policy_rows`), `report_ms`,
 `copy_ms`, `split` (a list of fractions: the update as that many programs,
 e.g. [0.6, 0.4] for world model then actor-critic; `train` submits each
 once the one before has run, so that policy calls that came meanwhile run
-between them), `serial_updates` (an update is submitted only once the last
-one has run: policy calls that came during an update run before the next
-one), `host_policy_ms` (> 0:
+between them), `host_policy_ms` (> 0:
 the policy runs on the host for that long, off the device, with parameters
 copied every `copy_every` updates), and `trace` (a file the device appends
 its cumulative counters to, a JSON line every `trace_every` seconds).
@@ -52,8 +50,8 @@ OPTIONS = 'EMBODIED_SIMULATED_GPU'
 ENV_MS = 'EMBODIED_SIMULATED_ENV_MS'
 DEFAULTS = dict(
     train_ms=49.0, policy_ms=2.1, policy_rows=16, policy_scale=1.0,
-    report_ms=49.0, copy_ms=0.05, split=[1.0], serial_updates=False,
-    host_policy_ms=0.0, copy_every=1, trace='', trace_every=0.5)
+    report_ms=49.0, copy_ms=0.05, split=[1.0], host_policy_ms=0.0,
+    copy_every=1, trace='', trace_every=0.5)
 
 
 class SerialDevice:
@@ -161,7 +159,6 @@ def _make_agent_class():
             self._updates = 0
             self._acting_version = 0
             self._copy = None  # (version, done) of the copy on its way.
-            self._last_update = None  # Done when the last update has run.
             self._version_lock = threading.Lock()
 
         def policy(self, carry, obs, mode='train'):
@@ -182,15 +179,12 @@ def _make_agent_class():
 
         def train(self, carry, data):
             carry, outs, metrics = super().train(carry, data)
-            if self.options['serial_updates'] and self._last_update:
-                self._last_update.wait()
             done = None
             for part in self.options['split']:
                 if done:  # The next program once the last one has run.
                     done.wait()
                 done = self.device.submit(
                     'train', self.options['train_ms'] * part)
-            self._last_update = done
             with self._version_lock:
                 self._updates += 1
                 self._offer_copy()

@@ -54,7 +54,7 @@ import time
 
 import psutil
 
-from embodied.perf.revisions import export
+from embodied.perf import revisions
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 COMMON = ('--configs', 'debug', '--task', 'dummy_disc',
@@ -105,15 +105,7 @@ def main(argv=None):
 
     rows = plan(args)
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {'': ROOT}
-        if args.old:
-            try:
-                trees = {args.old: export(args.old, pathlib.Path(tmp) / 'old'),
-                         '': ROOT}
-            except subprocess.CalledProcessError as e:
-                print(f'--old {args.old}: no such git revision here '
-                      f'({e.stderr.decode().strip()})', file=sys.stderr)
-                sys.exit(2)
+        trees = revisions.trees(args.old, tmp)
         results = {}  # (tree, row name) -> [measurement per round]
         for index in range(rounds):
             order = list(trees.items())

@@ -234,17 +234,3 @@ def test_a_split_update_lets_a_policy_call_run_between_its_programs(
     finally:
         agent.close()
 
-
-def test_serial_updates_submit_an_update_once_the_last_one_ran(monkeypatch):
-    agent, env = make_agent(
-        monkeypatch, train_ms=60, policy_ms=1, serial_updates=True)
-    try:
-        data = batch_of(env, 2, 3)
-        carry = agent.init_train(2)
-        start = time.monotonic()
-        carry, _, _ = agent.train(carry, data)
-        assert time.monotonic() - start < 0.03  # The first: at once.
-        agent.train(carry, data)
-        assert time.monotonic() - start >= 0.06  # Waited for the first.
-    finally:
-        agent.close()
