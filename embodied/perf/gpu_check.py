@@ -23,7 +23,9 @@ Steps, each in fresh processes:
    cache) and from launch to the first env step.
 
 `--quick` runs the same steps at `debug` on the dummy task with 4 envs and
-short runs (the CI test runs it on CPU). `--markdown FILE` also writes the
+short runs that stop at an env step count rather than after seconds, so a
+slow compile on a busy machine cannot use up the run (the CI test runs it
+on CPU). `--markdown FILE` also writes the
 table.
 """
 
@@ -84,11 +86,11 @@ def main(argv=None):
                  for name, result in speed.items()]
         logdir = tmp / 'run'
         standalone = speed.get('ours', {}).get('train_rate')
-        run = run_parallel(args, platform, logdir, cache, args.seconds)
+        run = run_parallel(args, platform, logdir, cache, args.seconds, 400)
         rows.append((f'parallel, {args.envs} envs, {args.seconds:g} s',
                      format_run(run, standalone)))
         again = run_parallel(
-            args, platform, logdir, cache, args.relaunch_seconds)
+            args, platform, logdir, cache, args.relaunch_seconds, 800)
         rows.append(('relaunch (resume, compile cache)',
                      f"compile {again['compile_s']:.1f} s, first env step "
                      f"{again['first_step_s']:.1f} s after launch"))
@@ -124,14 +126,16 @@ def agent_speeds(args, platform, tmp, cache):
     return results
 
 
-def run_parallel(args, platform, logdir, cache, seconds):
-    """One `--script parallel` run (a resume when `logdir` has a run); its
+def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
+    """One `--script parallel` run (a resume when `logdir` has a run) for
+    `seconds`, or with `--quick` to the run's env step `quick_steps`; its
     summary figures, and the GPU's mean utilization over the steady
     window."""
     flags = ['--configs', *args.configs, '--run.eval_envs', '0',
              '--run.log_every', '10', '--jax.platform', platform]
     if args.quick:
-        flags += ['--task', 'dummy_disc']
+        flags += ['--task', 'dummy_disc', '--run.duration', '0',
+                  '--run.steps', quick_steps]
     env = {'EMBODIED_JAX_CACHE': str(cache),
            # Only the agent's process uses the GPU; the runner's own setting.
            'JAX_PLATFORMS': 'cpu' if platform == 'cpu' else None}
