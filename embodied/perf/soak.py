@@ -1,139 +1,291 @@
-"""Soak benchmark of the parallel runner: one long run, env workers killed.
+"""Soak benchmark of the parallel runner: a night unattended, with the
+faults a night brings.
 
-    python -m embodied.perf.soak --minutes 20 --kill_every 120
-    python -m embodied.perf.soak --minutes 1.5 --kill_every 30 \\
-        --sample_every 15
+    python -m embodied.perf.soak --hours 2              # the night
+    python -m embodied.perf.soak --minutes 2 --agent testing --save_every 10 \\
+        --kill_every 25 --term_every 50 --tree_kill_at 80 --window 30
 
-Runs the real command line once (`--script parallel`, the numpy test agent,
-`dummy_disc`, every server on loopback with `{auto}` ports; the flags of
-`embodied.perf.faults` with `--run.envs 4`, `--run.log_every 10` and a
-replay of `--replay_size` steps, so that its memory stops growing early) for
-`--minutes`, ended by `run.duration` (a final save, exit 0). The run gets its
-own process group, killed at the end and after `--minutes` + 3 minutes at
-the latest. Meanwhile:
+Runs `--script parallel` (DreamerV3 `debug` by default, `dummy_disc`, every
+server on loopback with `{auto}` ports, the flags of `embodied.perf.faults`
+with `--run.envs 4`, `--run.log_every 10` and a replay of `--replay_size`
+steps) in one logdir for the whole duration, saving every `--save_every`
+seconds. Meanwhile:
 
-* every `--sample_every` seconds: the resident memory (RSS) of each role
-  process, told apart by the pids the launcher prints (`Workers: Agent
-  (thread), Logger (pid N), ...`, and `Restarted Env00001 (pid N)` after a
-  restart; a role run as a thread counts in the launcher's row), and the env
-  steps so far: the launcher's last `[Progress]` line and when it appeared
-  (every `run.log_every` seconds), so rates are exact whatever the sampling;
-* every `--kill_every` seconds: SIGKILL of one random live env worker
-  (only one whose restart, after the run's back-off, comes 10 s before the
-  end).
+* every `--kill_every` seconds: SIGKILL of one random live env worker;
+* every `--term_every` seconds: SIGTERM to the run's process group, as a
+  scheduler sends it, and the same command again (it resumes);
+* once, at `--tree_kill_at` seconds: SIGKILL of every process of the run,
+  and the same command again;
+* every `--sample_every` seconds: per process of the run its resident
+  memory (RSS), open file descriptors and threads, the logdir's size and
+  the env steps printed so far (`[Progress]`).
 
-Prints per role the RSS at the first sample after `--warmup` seconds and at
-the last sample, and the change; env steps/s per sample interval (with the
-kills in it); the kills sent, the restarts the run printed (`Restarted ...`
-lines) and the crashes it reported; and the run's exit code. Exits 1 unless
-the run exited 0 and restarted every killed worker.
+Each launch runs until the soak's end (`run.duration`, a final save, exit
+0) unless a fault ends it first. Prints, per `--window` seconds, the RSS per
+role, descriptors, threads, the logdir's size, env steps/s and restarts,
+then the checks, and exits 1 unless all pass:
+
+* **flat**: after the first `--settle` seconds (20 minutes; the checks are
+  skipped when the run is shorter), no window's RSS of a role or of all the
+  run's processes, nor its open descriptors, exceeds the first settled
+  window's by more than 10%; samples within `--warmup` seconds of a launch
+  (compiling, loading the replay) are left out;
+* **resumes**: every relaunch resumed at the newest save complete in every
+  role just before it;
+* **restarts**: every killed env worker was restarted (unless its launch
+  ended first), and the last launch exited 0;
+* **metrics**: in `metrics.jsonl` no step goes backwards, no two periodic
+  rows (those of the logger's `fps/env`) have one step, and no gap between
+  two periodic rows is longer than 5 times their median gap;
+* **logdir**: at most `run.save_keep` saves per role, together no larger
+  than that many times the newest (10% slack). The replay's folders keep
+  every chunk written, as the original's do (a save names the chunks it
+  holds); their size is reported beside the env steps.
 """
 
 import argparse
+import json
 import os
 import pathlib
 import random
 import re
+import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
 
 RESTARTED = re.compile(r'Restarted (\w+) \(pid (\d+)\)')
-CRASHED = re.compile(r"Worker '(Env\w*)' ended unexpectedly")
+SAVE_KEEP = 3  # configs/defaults.yaml run.save_keep, which the soak keeps.
 
 
-def main(argv=None):
+def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--hours', type=float, default=None)
     parser.add_argument('--minutes', type=float, default=20)
-    parser.add_argument('--kill_every', type=float, default=120,
-                        help='seconds between env worker kills; 0: none')
-    parser.add_argument('--sample_every', type=float, default=30)
-    parser.add_argument('--warmup', type=float, default=None,
-                        help='seconds before the first RSS baseline sample '
-                             '(default: 60, at most a fifth of the run)')
+    parser.add_argument('--agent', default='dreamerv3',
+                        help='run.agent_impl (dreamerv3 or testing)')
     parser.add_argument('--envs', type=int, default=4)
     parser.add_argument('--replay_size', type=float, default=1e4)
-    parser.add_argument('--save_every', type=float, default=60)
+    parser.add_argument('--save_every', type=float, default=300)
+    parser.add_argument('--kill_every', type=float, default=600,
+                        help='seconds between env worker kills; 0: none')
+    parser.add_argument('--term_every', type=float, default=1800,
+                        help='seconds between SIGTERM plus relaunch; 0: none')
+    parser.add_argument(
+        '--tree_kill_at', type=float, default=None,
+        help='seconds into the soak of the one SIGKILL of the whole tree '
+             '(default: 62.5%% of the duration, between two SIGTERMs); '
+             '0: none')
+    parser.add_argument('--sample_every', type=float, default=30)
+    parser.add_argument('--window', type=float, default=600)
+    parser.add_argument('--settle', type=float, default=1200)
+    parser.add_argument('--warmup', type=float, default=120)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--keep', action='store_true',
                         help='keep the logdir and the run\'s output')
     parser.add_argument('flags', nargs='*',
                         help='more flags for the run (after --)')
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = make_parser().parse_args(argv)
     try:
         import psutil
     except ImportError:
-        sys.exit('embodied.perf.soak needs psutil to read the RSS of the '
-                 'run\'s processes: pip install psutil')
-    from embodied.perf import faults
-    duration = args.minutes * 60
-    warmup = args.warmup if args.warmup is not None else min(
-        60, duration / 5)
-    kills_planned = int(duration // args.kill_every) if args.kill_every else 0
-    # A worker may be picked for every kill; none must exhaust its restarts.
-    restarts = max(10, kills_planned + 1)
-    flags = [
-        '--run.envs', args.envs, '--run.steps', '1e9',
-        '--run.duration', duration, '--run.log_every', 10,
-        '--run.save_every', args.save_every, '--replay.size',
-        args.replay_size, '--run.env_restarts', restarts, *args.flags]
+        sys.exit('embodied.perf.soak needs psutil to read the run\'s '
+                 'processes: pip install psutil')
+    duration = 3600 * args.hours if args.hours else 60 * args.minutes
+    tree_kill_at = (0.625 * duration if args.tree_kill_at is None
+                    else args.tree_kill_at)
     # A SIGTERM ends the benchmark through its `finally`, which kills the run.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    rng = random.Random(args.seed)
     folder = pathlib.Path(tempfile.mkdtemp(prefix='soak-'))
-    run = None
-    samples, kills = [], []
-    print(f'Soak: {args.minutes:g} min, env kill every {args.kill_every:g} s, '
-          f'sample every {args.sample_every:g} s, warm-up {warmup:g} s; '
-          f'logs in {folder}', flush=True)
+    print(f'Soak: {duration / 60:g} min of --script parallel with '
+          f'{args.agent}, saves every {args.save_every:g} s, env kill every '
+          f'{args.kill_every:g} s, SIGTERM and relaunch every '
+          f'{args.term_every:g} s, tree SIGKILL at {tree_kill_at:g} s; logs '
+          f'in {folder}', flush=True)
+    soak = Soak(psutil, args, folder, duration, tree_kill_at)
     try:
-        run = faults.Run(folder / 'run', *flags, timeout=duration + 180,
-                         name='soak')
-        print(f'Command: {" ".join(map(str, run.proc.args[1:]))}', flush=True)
-        start = time.monotonic()
-        progress = Progress(run.logfile, start)
-        next_sample = start
-        next_kill = start + args.kill_every if args.kill_every else None
-        code = None
-        while run.proc.poll() is None:
-            now = time.monotonic()
-            progress.poll()
-            if now > run.deadline:
-                print('Run passed its time limit: killing its group.',
-                      flush=True)
-                run.kill()
-                code = 'timeout'
-                break
-            if now >= next_sample:
-                sample = take_sample(psutil, run, now - start, progress)
-                if sample:
-                    samples.append(sample)
-                    print(format_sample(sample), flush=True)
-                next_sample += args.sample_every
-            if next_kill and now >= next_kill:
-                kill = kill_env(psutil, run, rng, now - start, kills,
-                                duration)
-                if kill:
-                    kills.append(kill)
-                    print(f'[soak] t={kill["t"]:.0f} s: SIGKILL '
-                          f'{kill["name"]} (pid {kill["pid"]})', flush=True)
-                next_kill += args.kill_every
-            time.sleep(0.2)
-        code = code or run.wait()
+        soak.run()
     finally:
-        if run:
-            run.kill()
-    output = run.output()
-    report(samples, kills, output, code, warmup, faults.last_logged_step(
-        folder / 'run'), time.monotonic() - start)
+        soak.stop()
+    passed = report(soak, args)
     if args.keep:
         print(f'Logdir and output: {folder}')
     else:
-        import shutil
         shutil.rmtree(folder, ignore_errors=True)
-    restarted = len(RESTARTED.findall(output))
-    return 0 if code == 0 and restarted >= len(kills) else 1
+    return 0 if passed else 1
+
+
+class Soak:
+    """The launches of one soak, their samples and the faults sent."""
+
+    def __init__(self, psutil, args, folder, duration, tree_kill_at):
+        self.psutil, self.args, self.folder = psutil, args, folder
+        self.logdir = folder / 'run'
+        self.duration, self.tree_kill_at = duration, tree_kill_at
+        self.rng = random.Random(args.seed)
+        self.launches, self.samples, self.kills = [], [], []
+        self.proc = None
+
+    def flags(self, remaining):
+        args = self.args
+        kills = int(self.duration // args.kill_every) if args.kill_every else 0
+        return (
+            '--agent_impl', args.agent, '--run.envs', args.envs,
+            '--run.steps', '1e9', '--run.duration', round(remaining),
+            '--run.log_every', 10, '--run.save_every', args.save_every,
+            '--run.save_keep', SAVE_KEEP, '--replay.size', args.replay_size,
+            '--run.env_restarts', max(10, kills + 1), *args.flags)
+
+    def run(self):
+        from embodied.perf import faults
+        args = self.args
+        self.start = time.monotonic()
+        end = self.start + self.duration
+        next_kill = args.kill_every or None
+        next_term = args.term_every or None
+        tree_kill = self.tree_kill_at or None
+        # No relaunch, and no SIGTERM, this close to the end: the launch
+        # would end before it is up.
+        margin = min(120, self.duration / 6)
+        while time.monotonic() < end - margin:
+            t0 = time.monotonic() - self.start
+            expected = newest_complete(self.logdir)
+            index = len(self.launches)
+            run = faults.Run(
+                self.logdir, *self.flags(end - time.monotonic()),
+                timeout=end - time.monotonic() + 300, name=f'launch{index}',
+                logs=self.folder)
+            self.proc = run
+            launch = dict(index=index, t0=t0, expected=expected, run=run,
+                          ended_by='run.duration')
+            self.launches.append(launch)
+            print(f'[soak] t={t0:.0f} s: launch {index} (newest complete '
+                  f'save: {expected})', flush=True)
+            progress = Progress(run.logfile, self.start)
+            next_sample = time.monotonic()
+            while run.proc.poll() is None:
+                now = time.monotonic()
+                t = now - self.start
+                progress.poll()
+                if now > run.deadline:
+                    print('[soak] a launch passed its time limit: killing '
+                          'its group.', flush=True)
+                    launch['ended_by'] = 'the time limit'
+                    run.kill()
+                    break
+                if now >= next_sample:
+                    sample = self.sample(run, launch, t, progress)
+                    if sample:
+                        self.samples.append(sample)
+                        print(format_sample(sample), flush=True)
+                    next_sample += args.sample_every
+                if next_term and t >= next_term:
+                    next_term += args.term_every
+                    if t < self.duration - margin:
+                        launch['ended_by'] = 'SIGTERM'
+                        print(f'[soak] t={t:.0f} s: SIGTERM to the run\'s '
+                              'group', flush=True)
+                        os.killpg(run.proc.pid, signal.SIGTERM)
+                        break
+                if tree_kill and t >= tree_kill:
+                    tree_kill = None
+                    launch['ended_by'] = 'SIGKILL of the tree'
+                    print(f'[soak] t={t:.0f} s: SIGKILL of every process of '
+                          'the run', flush=True)
+                    self.kill_tree(run)
+                    break
+                if next_kill and t >= next_kill:
+                    next_kill += args.kill_every
+                    self.kill_env(run, t)
+                time.sleep(0.2)
+            launch['code'] = run.wait()
+            launch['t1'] = time.monotonic() - self.start
+            output = run.output()
+            launch['resumed'] = faults.resumed_step(output)
+            launch['restarted'] = len(RESTARTED.findall(output))
+            print(f'[soak] t={launch["t1"]:.0f} s: launch {index} ended by '
+                  f'{launch["ended_by"]}, exit {launch["code"]}, resumed at '
+                  f'{launch["resumed"]}, {launch["restarted"]} env restarts',
+                  flush=True)
+            if launch['ended_by'] == 'run.duration':
+                break
+        self.proc = None
+
+    def stop(self):
+        if self.proc:
+            self.proc.kill()
+
+    def processes(self, run):
+        """Live processes of the run (zombies excluded), by pid."""
+        psutil = self.psutil
+        try:
+            launcher = psutil.Process(run.proc.pid)
+            procs = [launcher, *launcher.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return {}
+        alive = {}
+        for proc in procs:
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive[proc.pid] = proc
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    def sample(self, run, launch, t, progress):
+        pids = role_pids(run)
+        if len(pids) < 2:
+            return None  # The workers are not up yet.
+        alive = self.processes(run)
+        roles = {pid: name for name, pid in pids.items()}
+        rss, fds, threads = {}, 0, 0
+        for pid, proc in alive.items():
+            try:
+                with proc.oneshot():
+                    memory = proc.memory_info().rss
+                    fds += proc.num_fds()
+                    threads += proc.num_threads()
+            except self.psutil.Error:
+                continue
+            name = roles.get(pid, 'other')
+            rss[name] = rss.get(name, 0) + memory
+        return dict(
+            t=t, launch=launch['index'], since_launch=t - launch['t0'],
+            step=progress.step, step_t=progress.t, rss=rss,
+            total=sum(rss.values()), fds=fds, threads=threads,
+            logdir=folder_bytes(self.logdir))
+
+    def kill_env(self, run, t):
+        """SIGKILL of a random live env worker."""
+        alive = self.processes(run)
+        envs = sorted((name, pid) for name, pid in role_pids(run).items()
+                      if name.startswith('Env') and pid in alive)
+        if not envs:
+            print(f'[soak] t={t:.0f} s: no env worker alive to kill.',
+                  flush=True)
+            return
+        name, pid = self.rng.choice(envs)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self.kills.append(dict(t=t, name=name, launch=len(self.launches) - 1))
+        print(f'[soak] t={t:.0f} s: SIGKILL {name} (pid {pid})', flush=True)
+
+    def kill_tree(self, run):
+        tree = list(self.processes(run).values())
+        for proc in tree:
+            try:
+                proc.kill()
+            except self.psutil.NoSuchProcess:
+                pass
+        run.kill()
 
 
 def role_pids(run):
@@ -141,45 +293,24 @@ def role_pids(run):
     `Restarted` lines; the launcher itself (and roles run as its threads)
     under `launcher`."""
     output = run.output()
-    pids = {}
+    pids = {'launcher': run.proc.pid}
     line = re.search(r'^Workers: (.*)$', output, re.M)
     if line:
         for name, pid in re.findall(r'(\w+) \(pid (\d+)\)', line.group(1)):
             pids[name] = int(pid)
-        threads = re.findall(r'(\w+) \(thread\)', line.group(1))
-    else:
-        threads = []
     for name, pid in RESTARTED.findall(output):
         pids[name] = int(pid)
-    launcher = 'launcher' + ''.join(f' + {t}' for t in threads)
-    return {launcher: run.proc.pid, **pids}
-
-
-def live(psutil, run):
-    """Pids of the run's processes now alive (zombies excluded)."""
-    try:
-        launcher = psutil.Process(run.proc.pid)
-        procs = [launcher, *launcher.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return {}
-    alive = {}
-    for proc in procs:
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                alive[proc.pid] = proc
-        except psutil.NoSuchProcess:
-            pass
-    return alive
+    return pids
 
 
 class Progress:
-    """Reads the run's output as it grows: the step of each `[Progress]`
-    line and the time (seconds since `start`) it was first seen."""
+    """Reads a launch's output as it grows: the step of its last
+    `[Progress]` line and when (seconds since `start`) it was first seen."""
 
     def __init__(self, path, start):
         self.path, self.start = path, start
         self.offset, self.rest = 0, ''
-        self.step, self.t = 0, 0.0
+        self.step, self.t = None, 0.0  # None: no progress line yet.
 
     def poll(self):
         try:
@@ -198,127 +329,238 @@ class Progress:
                 self.t = time.monotonic() - self.start
 
 
-def take_sample(psutil, run, t, progress):
-    pids = role_pids(run)
-    if len(pids) < 2:
-        return None  # The workers are not up yet.
-    alive = live(psutil, run)
-    rss = {}
-    for name, pid in pids.items():
-        if pid in alive:
-            try:
-                rss[name] = alive[pid].memory_info().rss
-            except psutil.NoSuchProcess:
-                pass
+def newest_complete(logdir):
+    """The newest save tag complete in every role, or None."""
+    from embodied.perf import faults
+    tags = [set(faults.tags(logdir, role))
+            for role in ('agent', 'replay', 'logger')]
+    common = set.intersection(*tags)
+    return max(common) if common else None
+
+
+def folder_bytes(path):
     total = 0
-    for proc in alive.values():
-        try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    # The step and when the launcher printed it: rates between samples are
-    # then exact to the loop's 0.2 s, whatever run.log_every is.
-    return dict(t=t, step=progress.step, step_t=progress.t, rss=rss,
-                total=total)
-
-
-def kill_env(psutil, run, rng, t, kills, duration):
-    """SIGKILL of a random live env worker whose restart (after the
-    envpool's back-off, 0.5 s doubling with each crash of that worker up to
-    30 s) comes at least 10 s before the run's end."""
-    alive = live(psutil, run)
-    envs = []
-    for name, pid in role_pids(run).items():
-        crashes = sum(k['name'] == name for k in kills)
-        backoff = min(30, 0.5 * 2 ** crashes)
-        if name.startswith('Env') and pid in alive and (
-                t + backoff + 10 <= duration):
-            envs.append((name, pid))
-    if not envs:
-        print(f'[soak] t={t:.0f} s: no env worker to kill (none alive, or '
-              'none would restart before the end).', flush=True)
-        return None
-    name, pid = rng.choice(sorted(envs))
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return None
-    return dict(t=t, name=name, pid=pid)
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
 
 
 def format_sample(sample):
-    mib = ', '.join(f'{name.split(" ")[0]} {rss / 2**20:.0f}'
-                    for name, rss in sample['rss'].items())
-    return (f'[soak] t={sample["t"]:.0f} s: step {sample["step"]}; RSS MiB: '
-            f'{mib}; all {sample["total"] / 2**20:.0f}')
+    mib = ', '.join(f'{name} {rss / 2**20:.0f}'
+                    for name, rss in sample['rss'].items()
+                    if not name.startswith('Env'))
+    return (f'[soak] t={sample["t"]:.0f} s: launch {sample["launch"]}, step '
+            f'{sample["step"]}; RSS MiB: {mib}, all '
+            f'{sample["total"] / 2**20:.0f}; fds {sample["fds"]}, threads '
+            f'{sample["threads"]}; logdir {sample["logdir"] / 2**20:.1f} MiB')
 
 
-def roles(sample):
-    """Rows of the RSS table for one sample: each non-env role, the env
-    workers' mean and sum, and every process of the run."""
-    rows = {k: v for k, v in sample['rss'].items() if not k.startswith('Env')}
-    envs = [v for k, v in sample['rss'].items() if k.startswith('Env')]
-    if envs:
-        rows[f'env worker (mean of {len(envs)})'] = sum(envs) / len(envs)
-        rows['env workers (sum)'] = sum(envs)
-    rows['all processes of the run'] = sample['total']
+def role_rss(sample):
+    """RSS columns of one sample: launcher (with its thread roles), replay,
+    logger, the env workers' mean, all processes."""
+    rss = sample['rss']
+    envs = [v for k, v in rss.items() if k.startswith('Env')]
+    return {
+        'launcher': rss.get('launcher'), 'Replay': rss.get('Replay'),
+        'Logger': rss.get('Logger'),
+        'env worker': sum(envs) / len(envs) if envs else None,
+        'all': sample['total']}
+
+
+def windows(soak, args):
+    """One row per `--window` seconds: steady means (samples at least
+    `--warmup` after their launch) of RSS, fds and threads, the logdir at
+    the window's last sample, env steps/s and restarts."""
+    rows = []
+    count = int(-(-soak.duration // args.window))
+    for index in range(count):
+        a, b = index * args.window, (index + 1) * args.window
+        inside = [s for s in soak.samples if a <= s['t'] < b]
+        steady = [s for s in inside if s['since_launch'] >= args.warmup]
+        row = dict(a=a, b=min(b, soak.duration), steady=len(steady))
+        for key in ('launcher', 'Replay', 'Logger', 'env worker', 'all'):
+            values = [role_rss(s)[key] for s in steady]
+            values = [v for v in values if v is not None]
+            row[key] = statistics.mean(values) if values else None
+        for key in ('fds', 'threads'):
+            row[key] = statistics.mean(s[key] for s in steady) if (
+                steady) else None
+        row['logdir'] = inside[-1]['logdir'] if inside else None
+        steps = 0
+        for prev, cur in zip(soak.samples, soak.samples[1:]):
+            if prev['launch'] == cur['launch'] and a <= cur['t'] < b and (
+                    prev['step'] is not None):
+                steps += cur['step'] - prev['step']
+        row['fps'] = steps / (row['b'] - a)
+        row['env_kills'] = sum(a <= k['t'] < b for k in soak.kills)
+        row['relaunches'] = sum(
+            a <= launch['t0'] < b for launch in soak.launches[1:])
+        rows.append(row)
     return rows
 
 
-def report(samples, kills, output, code, warmup, metrics_step, wall):
+def check_flat(rows, args, duration):
+    if duration <= args.settle + args.window:
+        return None, (f'not checked: the soak is not longer than --settle '
+                      f'({args.settle:g} s) plus a window')
+    settled = [r for r in rows if r['a'] >= args.settle and r['steady']]
+    if len(settled) < 2:
+        return False, 'fewer than two settled windows with steady samples'
+    base = settled[0]
+    worst = []
+    for key in ('launcher', 'Replay', 'Logger', 'env worker', 'all', 'fds'):
+        if base[key] is None:
+            continue
+        growth = max((r[key] / base[key] - 1) for r in settled
+                     if r[key] is not None)
+        worst.append(f'{key} {100 * growth:+.1f}%')
+        if growth > 0.10:
+            return False, f'{key} grew {100 * growth:.1f}% ({", ".join(worst)})'
+    return True, ('largest growth over the first settled window: '
+                  + ', '.join(worst))
+
+
+def check_resumes(soak):
+    bad, said = [], []
+    for launch in soak.launches[1:]:
+        said.append(f'{launch["resumed"]}')
+        if launch['resumed'] != launch['expected']:
+            bad.append(f'launch {launch["index"]} resumed at '
+                       f'{launch["resumed"]}, the newest complete save was '
+                       f'{launch["expected"]}')
+    if not soak.launches[1:]:
+        return None, 'not checked: no relaunch'
+    if bad:
+        return False, '; '.join(bad)
+    return True, (f'{len(said)} relaunches, each at the newest complete save '
+                  f'(steps {", ".join(said)})')
+
+
+def check_restarts(soak):
+    last = soak.launches[-1] if soak.launches else None
+    if not last or last['ended_by'] != 'run.duration' or last['code'] != 0:
+        return False, ('the last launch did not end by run.duration with '
+                       f'exit 0: {last and (last["ended_by"], last["code"])}')
+    missing = []
+    for launch in soak.launches:
+        kills = [k for k in soak.kills if k['launch'] == launch['index']]
+        # A kill within a minute of a fault that ended the launch may not
+        # have been restarted yet, and needs not be.
+        due = [k for k in kills if launch['ended_by'] == 'run.duration' or (
+            k['t'] < launch['t1'] - 60)]
+        if launch['restarted'] < len(due):
+            missing.append(f'launch {launch["index"]}: {len(due)} kills, '
+                           f'{launch["restarted"]} restarts')
+    if missing:
+        return False, '; '.join(missing)
+    return True, (f'{len(soak.kills)} env kills, '
+                  f'{sum(l["restarted"] for l in soak.launches)} restarts; '
+                  'the last launch exited 0')
+
+
+def check_metrics(logdir):
+    path = pathlib.Path(logdir) / 'metrics.jsonl'
+    if not path.exists():
+        return False, f'{path} is missing'
+    rows = [json.loads(line) for line in path.read_text().splitlines()
+            if line.strip()]
+    periodic = []
+    for index, row in enumerate(rows):
+        if index and row['step'] < rows[index - 1]['step']:
+            return False, (f'row {index + 1} goes back from step '
+                           f'{rows[index - 1]["step"]} to {row["step"]}')
+        if 'fps/env' in row:
+            if periodic and periodic[-1] == row['step']:
+                return False, (f'two periodic rows at step {row["step"]} '
+                               f'(row {index + 1})')
+            periodic.append(row['step'])
+    gaps = [b - a for a, b in zip(periodic, periodic[1:])]
+    if not gaps:
+        return False, 'fewer than two periodic rows'
+    median = statistics.median(gaps)
+    if max(gaps) > 5 * max(median, 1):
+        at = periodic[gaps.index(max(gaps))]
+        return False, (f'a gap of {max(gaps)} steps after step {at} '
+                       f'(median gap {median:g})')
+    return True, (f'{len(rows)} rows, steps never go back; {len(periodic)} '
+                  f'periodic rows, one per step, largest gap {max(gaps)} '
+                  f'steps (median {median:g})')
+
+
+def check_logdir(logdir, args):
+    logdir = pathlib.Path(logdir)
+    counts = {}
+    for role in ('agent', 'replay', 'logger'):
+        folder = logdir / 'ckpt' / role
+        counts[role] = len(list(folder.iterdir())) if folder.exists() else 0
+    steps = {name: sum(int(p.stem.rsplit('-', 1)[-1])
+                       for p in (logdir / name).glob('*.npz'))
+             for name in ('replay', 'replay_eval')}
+    ckpt = folder_bytes(logdir / 'ckpt')
+    replay = sum(folder_bytes(logdir / name)
+                 for name in ('replay', 'replay_eval'))
+    newest = newest_complete(logdir)
+    save = sum(folder_bytes(logdir / 'ckpt' / role / f'{newest:012d}')
+               for role in ('agent', 'replay', 'logger')) if newest else 0
+    total = folder_bytes(logdir)
+    detail = (
+        f'saves per role {counts} (run.save_keep {SAVE_KEEP}); ckpt '
+        f'{ckpt / 2**20:.1f} MiB = {ckpt / max(save, 1):.2f} x the newest '
+        f'save; replay folders {replay / 2**20:.1f} MiB ({steps["replay"]} '
+        f'+ {steps["replay_eval"]} steps); the rest '
+        f'{(total - ckpt - replay) / 2**20:.1f} MiB; logdir '
+        f'{total / 2**20:.1f} MiB')
+    ok = all(count <= SAVE_KEEP for count in counts.values()) and (
+        ckpt <= 1.1 * SAVE_KEEP * save)
+    return ok, detail
+
+
+def report(soak, args):
     print()
-    base = next((s for s in samples if s['t'] >= warmup),
-                samples[-1] if samples else None)
-    last = samples[-1] if samples else None
-    if base is None:
-        print('No samples taken.')
-    else:
-        print(f'RSS per role (start: first sample after warm-up, '
-              f't={base["t"]:.0f} s; end: last sample, t={last["t"]:.0f} s)')
-        print('| role | start MiB | end MiB | change |')
-        print('|---|---|---|---|')
-        start, end = roles(base), roles(last)
-        for name in start:
-            if name not in end:
-                continue
-            a, b = start[name], end[name]
-            change = f'{100 * (b - a) / a:+.1f}%' if a else '?'
-            print(f'| {name} | {a / 2**20:.1f} | {b / 2**20:.1f} | {change} |')
+    rows = windows(soak, args)
+    mib = lambda x: '–' if x is None else f'{x / 2**20:.0f}'
+    num = lambda x: '–' if x is None else f'{x:.0f}'
+    print(f'Per {args.window:g} s window (RSS, descriptors and threads: mean '
+          f'of the samples at least {args.warmup:g} s after their launch; '
+          'logdir: at the last sample):')
+    print('| minutes | launcher MiB | replay MiB | logger MiB | env worker '
+          'MiB | all MiB | open fds | threads | logdir MiB | env steps/s | '
+          'env kills | relaunches |')
+    print('|---|---|---|---|---|---|---|---|---|---|---|---|')
+    for row in rows:
+        logdir = '–' if row['logdir'] is None else (
+            f'{row["logdir"] / 2**20:.1f}')
+        print(f'| {row["a"] / 60:g}-{row["b"] / 60:g} | {mib(row["launcher"])} '
+              f'| {mib(row["Replay"])} | {mib(row["Logger"])} | '
+              f'{mib(row["env worker"])} | {mib(row["all"])} | '
+              f'{num(row["fds"])} | {num(row["threads"])} | {logdir} | '
+              f'{row["fps"]:.0f} | {row["env_kills"]} | {row["relaunches"]} |')
     print()
-    # Windows run between the `[Progress]` lines last seen at each sample.
-    points = [s for s in samples if s['step_t'] > 0]
-    points = [s for i, s in enumerate(points)
-              if i == 0 or s['step_t'] > points[i - 1]['step_t']]
-    print('Env steps/s per interval (between the [Progress] lines last '
-          'printed before each sample)')
-    print('| window s | steps | steps/s | env kills in it |')
-    print('|---|---|---|---|')
-    for prev, cur in zip(points, points[1:]):
-        a, b = prev['step_t'], cur['step_t']
-        steps = cur['step'] - prev['step']
-        killed = sum(a <= k['t'] < b for k in kills)
-        print(f'| {a:.0f}-{b:.0f} | {steps} | {steps / (b - a):.0f} | '
-              f'{killed} |')
-    if len(points) > 1:
-        a, b = points[0], points[-1]
-        print(f'| {a["step_t"]:.0f}-{b["step_t"]:.0f} (all) | '
-              f'{b["step"] - a["step"]} | '
-              f'{(b["step"] - a["step"]) / (b["step_t"] - a["step_t"]):.0f} '
-              f'| {sum(a["step_t"] <= k["t"] < b["step_t"] for k in kills)} |')
-    summary = re.search(r'\[Summary\] (.*)', output)
-    restarted = RESTARTED.findall(output)
-    crashed = CRASHED.findall(output)
-    others = sorted(set(re.findall(
-        r"Worker '(\w+)' ended unexpectedly", output)) - set(crashed))
+    print('| launch | started min | ended by | exit | resumed at | newest '
+          'complete save before | env restarts |')
+    print('|---|---|---|---|---|---|---|')
+    for launch in soak.launches:
+        print(f'| {launch["index"]} | {launch["t0"] / 60:.1f} | '
+              f'{launch["ended_by"]} | {launch["code"]} | '
+              f'{launch["resumed"]} | {launch["expected"]} | '
+              f'{launch["restarted"]} |')
     print()
-    others = f'; other roles ended unexpectedly: {", ".join(others)}' if (
-        others) else ''
-    print(f'Env kills sent: {len(kills)}; crashes reported: {len(crashed)}; '
-          f'restarts seen: {len(restarted)}{others}.')
-    print(f'Final step (metrics): {metrics_step}; wall {wall:.0f} s.')
-    if summary:
-        print(f'Run summary: {summary.group(1)}')
-    print(f'Run exit code: {code}')
+    checks = {
+        'flat': check_flat(rows, args, soak.duration),
+        'resumes': check_resumes(soak),
+        'restarts': check_restarts(soak),
+        'metrics': check_metrics(soak.logdir),
+        'logdir': check_logdir(soak.logdir, args)}
+    for name, (ok, detail) in checks.items():
+        verdict = {True: 'pass', False: 'FAIL', None: 'skipped'}[ok]
+        print(f'{name}: {verdict}: {detail}')
+    passed = all(ok is not False for ok, _ in checks.values())
+    print(f'Soak {"passed" if passed else "FAILED"}.')
+    return passed
 
 
 if __name__ == '__main__':
