@@ -84,7 +84,7 @@ def test_a_producer_without_layout_copies_and_a_changed_layout_falls_back():
             [2, 2, 2, 3, 3])]
         # The batch of another layout came back itself; a new ring took it.
         assert consumer.ring is not None and consumer.ring.layout == (
-            channel.slots.layout_of(batch(0, 3)))
+            channel.layout_of(batch(0, 3)))
     finally:
         consumer.close()
         producer.close()

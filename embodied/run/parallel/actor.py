@@ -16,7 +16,7 @@ request to each role, when it answers: a busy replay gets fewer, larger
 requests, an idle one every batch at once. Once `hold_rows` rows wait, the
 next batch's send waits for the replay's answer, and with it the envs: at
 most one send is on its way to a busy replay, and `hold_rows` rows wait
-(`rpc.coalesce.CoalescingSender`).
+(`rpc.channel.CoalescingSender`).
 
 The server on `run.actor_addr` is the agent process's one server: the env
 workers and the launcher both know that address. The actor binds `act` on
@@ -66,7 +66,7 @@ class ActorRole:
         # Transitions held while the replay works on the last send: up to 8
         # policy batches (8 took 4% less CPU per env step than 4, measured
         # with `embodied.perf.throughput --old` at 16 envs, 8 per worker).
-        self.sender = rpc.coalesce.CoalescingSender(
+        self.sender = rpc.channel.CoalescingSender(
             self._send, _joined, lambda trans: len(trans[0]['envid']),
             hold_rows or 8 * max(1, args.actor_batch), self.backlog,
             closing, name='The actor')

@@ -6,7 +6,7 @@ import threading
 import pytest
 from portal import futures
 
-from embodied.rpc.coalesce import CoalescingSender
+from embodied.rpc.channel import CoalescingSender
 
 pytestmark = pytest.mark.timeout(60)
 
