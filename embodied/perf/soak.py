@@ -224,7 +224,7 @@ def take_sample(psutil, run, t, progress):
 
 def kill_env(psutil, run, rng, t, kills, duration):
     """SIGKILL of a random live env worker whose restart (after the
-    envpool's back-off, 0.5 s doubling with each crash of that worker up to
+    env restart back-off, 0.5 s doubling with each crash of that worker up to
     30 s) comes at least 10 s before the run's end."""
     alive = live(psutil, run)
     envs = []

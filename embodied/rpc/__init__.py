@@ -31,7 +31,8 @@ starts there.
   where slots cannot be used.
 * `wire`: portal's message encoding with less CPU.
 * `workers`: processes and threads for the roles of a launch.
-* `supervisor`: starts the workers of a launch together and watches them.
+* `supervisor`: starts the workers of a launch together and watches them;
+  restarts crashed ones with back-off.
 """
 
 from . import addresses

@@ -11,7 +11,7 @@
 
 Saves and the stop follow the protocol in `save_and_stop.py`.
 
-Faults: crashed env workers restart (`envpool`, `run.env_restarts`). An env
+Faults: crashed env workers restart (`env.pool`, `run.env_restarts`). An env
 error a restart cannot fix stops the run in order with a save, then
 `combined` raises `rpc.WorkerFailed` naming the worker and its error. When
 the agent, replay or logger dies, the others save under the last step and
@@ -46,7 +46,6 @@ from embodied.run import stopping
 from embodied.run import validation
 from embodied.run import connections
 from embodied.run.parallel import env
-from embodied.run.parallel import envpool
 from embodied.run.parallel import remote_roles
 from embodied.run.parallel import save_and_stop
 from embodied.run.parallel.agent_process import parallel_agent
@@ -163,8 +162,7 @@ class _Launch(save_and_stop.SaveAndStop):
         specs = []
         if not args.remote_envs:
             specs = env.specs(f['env_train'], f['env_eval'], args)
-        self.envs = envpool.EnvPool(
-            specs, args.env_restarts, on_crash=self._env_crashed)
+        self.envs = env.pool(specs, args, on_crash=self._env_crashed)
         self.clients = {}
         self.may_exit = ()  # Workers that may end with 0 (while stopping).
         self.progress = progress.Progress(args)
