@@ -1,8 +1,9 @@
 """Batches between roles, over a client's calls: a sender that joins its
 sends while the peer is busy (`CoalescingSender`, the actor's to the
 replay), and the batch channel (`Consumer`, `Producer`, the learner's from
-the replay), which moves batches through shared-memory slots where both
-ends are on one machine, else over the socket.
+the replay, `BatchStream` prefetching them), which moves batches through
+shared-memory slots where both ends are on one machine, else over the
+socket.
 
     sender = CoalescingSender(send, join, size, hold, backlog)
     sender.put(item)        # goes on at once, or is held (see below)
@@ -259,6 +260,47 @@ class Consumer:
         else:
             print(f'{self.name} come over the socket (the producer at '
                   f'{self.peer} cannot open {ring.path}).', flush=True)
+
+
+class BatchStream:
+    """The batches of a `Consumer` as an iterator, `consumer.prefetch`
+    requests ahead from the start. `wait(future)` waits for a reply (None:
+    stop waiting); the stream ends (StopIteration) on a None. `client`, if
+    given, is the one the calls go through, closed with the stream."""
+
+    def __init__(self, consumer, wait, client=None):
+        self.consumer, self.wait, self.client = consumer, wait, client
+        self.futures = collections.deque(
+            consumer.request() for _ in range(consumer.prefetch))
+        self.ready = collections.deque()  # Batches received, not yet used.
+        self.received = 0
+
+    def ready_soon(self):
+        """Whether a batch has arrived (so `next` will not wait long)."""
+        return (self.received > 0 or bool(self.ready) or
+                self.futures[0].future.done())
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self.ready:
+            pending = self.futures.popleft()
+            batches = self.consumer.receive(
+                pending, self.wait(pending.future))
+            if batches is None:
+                raise StopIteration
+            self.ready.extend(batches)
+            # Asked after the slots of this reply are read, so that they
+            # count as in use while the new request takes its slots.
+            self.futures.append(self.consumer.request())
+        self.received += 1
+        return self.ready.popleft()
+
+    def close(self):
+        self.consumer.close()
+        if self.client:
+            self.client.close(1)
 
 
 class Producer:

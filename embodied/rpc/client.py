@@ -315,12 +315,13 @@ def wait_limit(timeout):
 
 
 def connect(addr, name, timeout=None, ipv6=None, report_every=None,
-            **kwargs):
+            check=None, **kwargs):
     """A connected `Client` for `addr`, or `Unreachable` after `timeout`
     seconds (None waits forever). Every `report_every` seconds of waiting it
-    prints whom it waits for. Extra kwargs go to the client (`maxinflight`,
-    `autoconn`, `handshake`: the run's, see `auth`; None: portal's). `ipv6`
-    defaults to `portal.setup()`'s."""
+    prints whom it waits for; `check()`, if given, runs every 0.2 s of
+    waiting and may raise to give up. Extra kwargs go to the client
+    (`maxinflight`, `autoconn`, `handshake`: the run's, see `auth`; None:
+    portal's). `ipv6` defaults to `portal.setup()`'s."""
     if ipv6 is None:
         ipv6 = portal.context.clientkw.get('ipv6', False)
     addr = addresses.client_addr(addr, ipv6)
@@ -332,21 +333,28 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
     client = Client(addr, name, **kwargs)
     start = time.monotonic()
     deadline = None if timeout is None else start + timeout
-    step = report_every or timeout
+    next_report = report_every and start + report_every
     while True:
-        left = None if deadline is None else deadline - time.monotonic()
-        wait = step if left is None else min(step or left, left)
-        if client.connect(None if wait is None else max(0.0, wait)):
+        now = time.monotonic()
+        waits = [t - now for t in (next_report, deadline) if t is not None]
+        waits += [0.2] if check else []
+        if client.connect(max(0.0, min(waits)) if waits else None):
             return client
-        if deadline is not None and time.monotonic() >= deadline:
+        now = time.monotonic()
+        try:
+            if deadline is not None and now >= deadline:
+                raise _gave_up(name, timeout, addr, client.socket.refusal,
+                               client.socket.auth_differs)
+            check and check()
+        except BaseException:
             client.close(1)
-            raise _gave_up(name, timeout, addr, client.socket.refusal,
-                           client.socket.auth_differs)
-        if client.socket.refusal:
-            continue  # The socket reports the refusal itself.
-        print(f'{name}: waiting for the server at {addr} for '
-              f'{time.monotonic() - start:.0f} s ({wait_limit(timeout)}).',
-              flush=True)
+            raise
+        if next_report and now >= next_report:
+            next_report = now + report_every
+            if not client.socket.refusal:  # The socket reports a refusal.
+                print(f'{name}: waiting for the server at {addr} for '
+                      f'{now - start:.0f} s ({wait_limit(timeout)}).',
+                      flush=True)
 
 
 def _gave_up(name, timeout, addr, refused, auth_differs):

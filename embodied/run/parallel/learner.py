@@ -14,7 +14,7 @@
                               steps, logger.replica_steps; also at the start
                               and at the end)
 
-Batches arrive through `RemoteStream`s, prefetched; train batches through
+Batches arrive through `batch_stream`s, prefetched; train batches through
 shared memory when the replay is on this machine (`rpc.channel`). Saves come
 from the launcher through the agent's control (`AgentControl.save`, on a
 server thread), under `link.train_lock`.
@@ -89,10 +89,8 @@ def parallel_learner(agent, barrier, args):
 
     names = ('train', 'report', 'eval') if args.eval_envs else (
         'train', 'report')
-    sources = {source: RemoteStream(
-        args, source, stop, link.count,
-        shared=(source == 'train' and args.shared_batches))
-        for source in names}
+    sources = {source: batch_stream(args, source, stop, link.count)
+               for source in names}
 
     def evaluate(stream):
         carry = agent.init_report(args.batch_size)  # Fresh, as the original.
@@ -202,68 +200,31 @@ def parallel_learner(agent, barrier, args):
     return 0
 
 
-class RemoteStream:
-    """Batches from the replay's `sample_batch_<source>`, requested
-    `prefetch` ahead from the start. Ends (StopIteration) when `stop` is set
-    or the replay shuts down. `count(key, amount=1)` adds to the learner's
-    progress counters (`AgentLink.count`).
+def batch_stream(args, source, stop, count, prefetch=4):
+    """The replay's `sample_batch_<source>` batches (`rpc.channel`),
+    `prefetch` requests ahead; train batches through shared memory with
+    run.shared_batches. Ends when `stop` is set or the replay shuts down.
+    `count(key, amount)` adds to the learner's counters (`AgentLink.count`)."""
+    client = connections.connect(
+        args, 'replay', f'LearnerReplay{source.title()}')
+    consumer = rpc.channel.Consumer(
+        functools.partial(client.call, f'sample_batch_{source}'),
+        f'Learner: {source} batches', source == 'train' and
+        args.shared_batches, prefetch,
+        on_shared=functools.partial(count, f'{source}_shared_batches'),
+        peer=args.replay_addr)
 
-    With `shared`, once the first batch has shown the layout, batches come
-    through shared-memory slots when the replay is on this machine
-    (`rpc.channel`, `per_request` batches a round trip)."""
-
-    def __init__(self, args, source, stop, count, prefetch=4,
-                 shared=False, per_request=None):
-        self.source, self.stop, self.count = source, stop, count
-        self.client = connections.connect(
-            args, 'replay', f'LearnerReplay{source.title()}')
-        self.channel = rpc.channel.Consumer(
-            functools.partial(self.client.call, f'sample_batch_{source}'),
-            f'Learner: {source} batches', shared, prefetch, per_request,
-            functools.partial(count, f'{source}_shared_batches'),
-            args.replay_addr)
-        self.futures = collections.deque(
-            self.channel.request() for _ in range(prefetch))
-        self.ready = collections.deque()  # Batches received, not yet used.
-        self.received = 0
-        self.report_every = args.wait_report
-        self.addr = args.replay_addr
-
-    def _report(self):
-        return (f'Learner: waiting for a {self.source} batch from the replay '
-                f'at {self.addr} ({self.received} received so far; the '
-                f'replay reports its limiter and fill state while it waits)')
-
-    def ready_soon(self):
-        """Whether a batch has arrived (so `next` will not wait long)."""
-        return (self.received > 0 or bool(self.ready) or
-                self.futures[0].future.done())
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if not self.ready:
-            self._fetch()
-        self.received += 1
-        return self.ready.popleft()
-
-    def _fetch(self):
-        pending = self.futures.popleft()
+    def wait(future):
         start = time.monotonic()
-        with elements.timer.section(f'stream_{self.source}_response'):
+        with elements.timer.section(f'stream_{source}_response'):
             data = rpc.result(
-                pending.future, self.stop,
-                report_every=self.report_every, report=self._report)
-        self.count(f'{self.source}_wait_seconds', time.monotonic() - start)
-        batches = self.channel.receive(pending, data)
-        if batches is None:
-            raise StopIteration
-        self.ready.extend(batches)
-        # Asked after the slots of this reply are read, so that they count
-        # as in use while the new request takes its slots.
-        self.futures.append(self.channel.request())
+                future, stop, report_every=args.wait_report, report=lambda: (
+                    f'Learner: waiting for a {source} batch from the replay '
+                    f'at {args.replay_addr} ({stream.received} received so '
+                    f'far; the replay reports its limiter and fill state '
+                    f'while it waits)'))
+        count(f'{source}_wait_seconds', time.monotonic() - start)
+        return data
 
-    def close(self):
-        self.channel.close()
-        self.client.close(1)
+    stream = rpc.channel.BatchStream(consumer, wait, client)
+    return stream

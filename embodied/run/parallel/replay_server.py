@@ -1,31 +1,15 @@
 """The replay process: serves the train and eval replays and enforces the
-train ratio with a samples-per-insert limiter.
-
-    ReplayRole, one method per RPC method:
-    add_batch(transitions)      eval rows -> eval replay; train rows are
-                                inserted as far as the limiter allows, the
-                                rest waits (limiter.want_insert)
-    sample_batch_train(slots?)  waits for the limiter (want_sample), then a
-                                batch; into the learner's shared-memory
-                                slots when it names some (`rpc.channel`)
-    sample_batch_report / sample_batch_eval   a batch once the replay has data
-    update(replay context from agent.train)
+train ratio with a samples-per-insert limiter (`ReplayRole`).
 
 Limiter: `samples_per_insert = run.train_ratio / batch_length`, tolerance
 `4 * batch_size`, minimum size `batch_size * replay length`. Waits wake on
 every insert, sample and release, and report after `run.wait_report` s.
 
-RPC methods served: `ReplayRole.RPC`: the above, and for the launcher
-`status`, `save`, `drain` (while a save drains the actor, inserts skip the
-limiter, so that transitions on their way arrive without waiting for the
-learner), `release` (waits end: the run is stopping), `shutdown`.
-RPC methods called: logger `add` (replay metrics).
+RPC methods served: `ReplayRole.RPC`. Called: logger `add` (replay metrics).
 
-Started as its own command (`--script parallel_replay`), the replay gives
-up on a logger (the main run) it cannot reach, or that refuses its secret,
-for run.connect_timeout, at the start or later: it prints why and exits
-with 69 (unreachable) or 77 (refused). A main run that stops in order calls
-`shutdown` first, and the replay exits 0.
+Started as its own command (`--script parallel_replay`), the replay exits
+with 69 (unreachable) or 77 (refused) when it cannot reach the logger (the
+main run) for run.connect_timeout, and with 0 on the main run's `shutdown`.
 """
 
 import collections
@@ -50,17 +34,9 @@ from embodied.run.learning import prefix
 
 class ReplayRole:
     """The replay process's logic; each RPC method is a method of the same
-    name. Holds the train and eval replays and the limiter.
-
-        role = ReplayRole(replay_train, replay_eval, make_stream, args)
-        role.add_batch(transitions)         # from the actor
-        batch = role.sample_batch_train()   # from the learner
-
-    Methods run on the server's threads, one per method at a time: inserts,
-    updates and saves exclude each other under `lock`; limiter waits wake
-    on `changed`; `release()` ends every wait (the run is stopping).
-    `checkpoint` must be set before `save` is called.
-    """
+    name. Methods run on the server's threads, one per method at a time:
+    inserts, updates and saves exclude each other under `lock`; limiter
+    waits wake on `changed`. `checkpoint` must be set before `save`."""
 
     RPC = {  # Its RPC methods: who calls each.
         'add_batch': 'actor', 'sample_batch_train': 'learner',
