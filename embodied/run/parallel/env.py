@@ -148,26 +148,21 @@ def worker_name(envids):
         f'-{envids[-1]:05}' if len(envids) > 1 else '')
 
 
-def batch_check(envs):
-    """`stack(obs)` for the obs of `envs`: stacked per key, and checked once
-    per worker step instead of once per env when every env checks its obs
-    (`wrappers.CheckSpaces`) against the same spaces."""
-    checks = [embodied.wrappers.find_check(env) for env in envs]
-    if all(checks) and all(
-            _same_spaces(check.obs_space, checks[0].obs_space)
-            for check in checks):
-        for check in checks:
-            check.check_obs = False
-        return checks[0].stack_obs
-    return lambda obs: {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+def stacker(envs):
+    """`stack(obs)` for the obs of `envs`, stacked per key and checked once
+    per worker step instead of once per env where the envs share their
+    spaces (`wrappers.shared_check`)."""
+    check = embodied.wrappers.shared_check(envs)
 
-
-def _same_spaces(spaces, others):
-    # `elements.Space.__eq__` returns a tuple, which is always true.
-    return spaces.keys() == others.keys() and all(
-        a.dtype == b.dtype and a.shape == b.shape and
-        np.array_equal(a.low, b.low) and np.array_equal(a.high, b.high)
-        for a, b in zip(spaces.values(), (others[k] for k in spaces)))
+    def stack(obs):
+        try:  # np.array stacks like np.stack, at a fraction of its overhead.
+            batch = {k: np.array([o[k] for o in obs]) for k in obs[0]}
+        except Exception:
+            batch = None  # Named by the check, or raised by np.stack.
+        if check:
+            check.check_stacked(obs, batch)
+        return batch or {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+    return stack
 
 
 def run_worker(make_env, envids, args, is_eval, separate=False):
@@ -187,7 +182,7 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
         raise EnvInitError(
             f'Env {envid} failed in its constructor: '
             f'{type(e).__name__}: {e}') from e
-    stack = batch_check(envs)
+    stack = stacker(envs)
     fixed = {
         'envid': np.asarray(envids, np.int32),
         'is_eval': np.full(len(envids), bool(is_eval))}
