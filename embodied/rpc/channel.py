@@ -171,6 +171,22 @@ class CoalescingSender:
             self.settle()
 
 
+def concat_rows(held):
+    """A `join` for `CoalescingSender`: held items, each a tuple of dicts of
+    arrays, as one item with the rows of each dict concatenated in order;
+    as they are should their keys differ (a server takes batched requests
+    of one set of keys only)."""
+    first = held[0]
+    if len(held) == 1 or any(
+            len(item) != len(first) or any(
+                part.keys() != ref.keys() for part, ref in zip(item, first))
+            for item in held):
+        return held
+    return [tuple(
+        {key: np.concatenate([item[i][key] for item in held])
+         for key in first[i]} for i in range(len(first)))]
+
+
 Pending = collections.namedtuple('Pending', 'future ring slots')
 
 

@@ -218,12 +218,8 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
             raise ActorUnreachable(str(e)) from None
 
     def reset_actions():
-        acts = []
-        for env in envs:
-            act = {k: v.sample() for k, v in env.act_space.items()}
-            act['reset'] = True
-            acts.append(act)
-        return acts
+        return [{**{k: v.sample() for k, v in env.act_space.items()},
+                 'reset': True} for env in envs]
 
     def step(envid, env, act):
         try:
@@ -231,12 +227,13 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
         except embodied.wrappers.SpaceError as e:
             raise BadInput(f'Env {envid}: {e}') from None
 
+    waiting = (f'[{name}] Waiting for actions from the actor at '
+               f'{args.actor_addr}')
+
     def request(batch):
         try:
             return actor.call(
-                'act', batch, report_every=args.wait_report, report=(
-                    f'[{name}] Waiting for actions from the actor at '
-                    f'{args.actor_addr}'))
+                'act', batch, report_every=args.wait_report, report=waiting)
         except rpc.BadRequest as e:
             raise BadInput(f'Envs {envids}: {e}') from None
 

@@ -58,27 +58,19 @@ def command(script, argv=None):
     None when this process was not started from a command line with a
     `--script` flag (e.g. `combined` called from Python)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    flags = []
-    found = False
-    skip = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
+    flags, found = [], False
+    while argv:
+        arg = argv.pop(0)
         name = arg.split('=', 1)[0]
-        if name in _DROPPED:
-            skip = '=' not in arg
-            continue
-        if name == '--script':
-            found = True
-            flags.append('--script')
-            flags.append(script)
-            skip = '=' not in arg
+        if name in _DROPPED or name == '--script':
+            if '=' not in arg and argv:
+                argv.pop(0)  # Its value.
+            if name == '--script':
+                found = True
+                flags += ['--script', script]
             continue
         flags.append(arg)
-    if not found:
-        return None
-    return shlex.join(['python', *program(), *flags])
+    return shlex.join(['python', *program(), *flags]) if found else None
 
 
 def program():
