@@ -29,7 +29,6 @@ from embodied.run.parallel.learner import parallel_learner
 from embodied.run.parallel.logger_server import LoggerRole
 from embodied.run.parallel.logger_server import parallel_logger
 from embodied.run.parallel.replay_server import ReplayRole
-from embodied.run.parallel.replay_server import add_rows
 from embodied.run.parallel.replay_server import parallel_replay
 from embodied.run.saving import resume_tag
 

@@ -24,6 +24,7 @@ import numpy as np
 import embodied
 from embodied import rpc
 from embodied.core import limiters
+from embodied.core import replay as replaylib
 from embodied.run import arguments
 from embodied.run import replay_files
 from embodied.run import learning
@@ -91,7 +92,7 @@ class ReplayRole:
         if is_eval.any():
             rows = np.flatnonzero(is_eval)
             with self.lock:
-                add_rows(self.replay_eval,
+                replaylib.add_rows(self.replay_eval,
                          {k: v[rows] for k, v in data.items()},
                          envids[rows].tolist())
             self._notify()
@@ -123,7 +124,7 @@ class ReplayRole:
                     stop = done + limiter.try_insert(rest)
                 counts['inserts_after_minsize'] += max(
                     0, limiter.size - max(before, limiter.minsize))
-                add_rows(replay_train,
+                replaylib.add_rows(replay_train,
                          {k: v[done:stop] for k, v in data.items()},
                          envids[done:stop])
             counts['inserts'] += stop - done
@@ -204,13 +205,12 @@ class ReplayRole:
         with self.sums_lock:
             sums, self.sums = self.sums, {}
         stats.update(prefix(sums, 'limiter'))
-        logged = self.logged
-        inserts = current.get('inserts', 0.0) - logged['inserts']
-        waits = current.get('insert_waits', 0.0) - logged['insert_waits']
-        if inserts:
-            stats['limiter/insert_wait_frac'] = waits / inserts
-        logged.update(inserts=current.get('inserts', 0.0),
-                      insert_waits=current.get('insert_waits', 0.0))
+        now = {key: current.get(key, 0.0) for key in self.logged}
+        if now['inserts'] != self.logged['inserts']:
+            stats['limiter/insert_wait_frac'] = (
+                now['insert_waits'] - self.logged['insert_waits']) / (
+                now['inserts'] - self.logged['inserts'])
+        self.logged = now
         stats['limiter/train_ratio'] = current['train_ratio']
         for key in ('inserts', 'eval_inserts', 'samples'):
             stats[f'parallel_replay/{key}'] = current.get(key, 0.0)
@@ -365,13 +365,3 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         role.channel.close()
         logger.close(1)
     return 0
-
-
-def add_rows(replay, data, envids):
-    """Adds row i of `data` as a step of env `envids[i]`, in one call when
-    the replay has `add_batch` (a replay of the caller's own may not)."""
-    if hasattr(replay, 'add_batch'):
-        return replay.add_batch(data, envids)
-    for i, envid in enumerate(envids):
-        replay.add({k: v[i] for k, v in data.items()}, envid)
-
