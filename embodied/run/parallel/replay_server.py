@@ -183,11 +183,8 @@ class ReplayRole:
         """While on (a save drains the actor), inserts skip the limiter:
         the rows on their way arrive at once, not as the learner makes room
         (the limiter still counts them, so the ratio holds over time)."""
-        if on:
-            self.draining.set()
-            self._notify()
-        else:
-            self.draining.clear()
+        (self.draining.set if on else self.draining.clear)()
+        self._notify()
         return bool(on)
 
     def release(self):
@@ -282,9 +279,8 @@ class ReplayRole:
         self._wait_sum('sample_wait_dur', waited)
         counts['sample_wait_seconds'] += waited
         counts['samples'] += self.batch_size
-        if sample is None:
-            return next(self.stream_train)  # The replay is thread-safe.
-        return sample()
+        # The replay is thread-safe.
+        return sample() if sample else next(self.stream_train)
 
     def _wait_sum(self, key, seconds):
         # Summed here and read by `metrics`: an `elements.Agg.add` per batch
