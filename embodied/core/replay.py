@@ -700,6 +700,15 @@ class Replay:
             self._writer = None
 
 
+def add_rows(replay, data, envids):
+    """Adds row i of `data` as a step of env `envids[i]`, in one call when
+    the replay has `add_batch` (a replay of the caller's own may not)."""
+    if hasattr(replay, 'add_batch'):
+        return replay.add_batch(data, envids)
+    for i, envid in enumerate(envids):
+        replay.add({k: v[i] for k, v in data.items()}, envid)
+
+
 def _fits(out, spec, batch, length):
     """Whether `out` has an array of the right dtype and shape for every key
     of `spec` (keys beyond `spec` are left alone)."""

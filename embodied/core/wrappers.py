@@ -223,20 +223,19 @@ class CheckSpaces(base.Wrapper):
             _check_values('obs', obs, self._obs_checks)
         return obs
 
-    def stack_obs(self, obs):
-        """The obs of several envs with this env's spaces (a list of dicts)
-        stacked per key, checked together: one check per key instead of one
-        per key and env. A mismatch raises the `SpaceError` that `step`
-        would have raised, as a `BatchSpaceError` naming the index of the
-        first obs it is in."""
-        batch = None
-        if all(isinstance(v, _ARRAYS) for o in obs for v in o.values()):
+    def check_stacked(self, obs, batch=None):
+        """Checks `batch`, the obs of several envs with this env's spaces
+        (`obs`, a list of dicts) stacked per key: one check per key instead
+        of one per key and env; without a `batch` (they did not stack), obs
+        by obs. A mismatch raises the `SpaceError` that `step` would have
+        raised, as a `BatchSpaceError` naming the index of the first obs it
+        is in."""
+        # Each obs had the batch's keys (it stacked), so equal counts mean
+        # equal keys: no obs has an extra one.
+        if batch is not None and all(len(o) == len(batch) for o in obs):
             try:
-                # np.array stacks like np.stack (and refuses unequal shapes)
-                # at a fraction of its Python overhead.
-                batch = {k: np.array([o[k] for o in obs]) for k in obs[0]}
                 _check_rows('obs', batch, self._obs_checks)
-                return batch
+                return
             except Exception:
                 pass  # Found and named below, obs by obs.
         for index, values in enumerate(obs):
@@ -244,8 +243,6 @@ class CheckSpaces(base.Wrapper):
                 _check_values('obs', values, self._obs_checks)
             except SpaceError as e:
                 raise BatchSpaceError(index, e) from None
-        # Each obs fits its space (e.g. with Python numbers among them).
-        return batch or {k: np.stack([o[k] for o in obs]) for k in obs[0]}
 
 
 class SpaceError(ValueError):
@@ -268,6 +265,28 @@ def find_check(env):
             return env
         env = getattr(env, 'env', None)
     return None
+
+
+def shared_check(envs):
+    """The `CheckSpaces` of the first of `envs` when every env has one with
+    the same obs spaces, each then told to leave its obs unchecked (the
+    caller checks them stacked, `check_stacked`); else None."""
+    checks = [find_check(env) for env in envs]
+    if not all(checks) or not all(
+            _same_spaces(check.obs_space, checks[0].obs_space)
+            for check in checks):
+        return None
+    for check in checks:
+        check.check_obs = False
+    return checks[0]
+
+
+def _same_spaces(spaces, others):
+    # `elements.Space.__eq__` returns a tuple, which is always true.
+    return spaces.keys() == others.keys() and all(
+        a.dtype == b.dtype and a.shape == b.shape and
+        np.array_equal(a.low, b.low) and np.array_equal(a.high, b.high)
+        for a, b in zip(spaces.values(), (others[k] for k in spaces)))
 
 
 def check_values(kind, values, spaces):
@@ -311,8 +330,6 @@ def _check_rows(kind, batch, checks):
         if problem:
             raise SpaceError(f"{kind} '{key}': {problem}.")
 
-
-_ARRAYS = (np.ndarray, np.generic)
 
 # The reductions without numpy's Python-level wrappers (`array.min()`).
 _MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce

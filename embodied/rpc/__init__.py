@@ -22,17 +22,17 @@ starts there.
 * `addresses`: bind hosts (loopback unless named) and distinct free ports.
 * `sockets`: portal's server socket, hardened against malformed peers.
 * `server`: a single-process RPC server with batching and partial flushes.
-* `client`: portal's client on an event-driven socket loop; bounded
-  connects and interruptible waits.
-* `slots`: large replies through shared memory on one machine.
-* `channel`: the batch channel: a consumer names shared-memory slots, the
-  producer fills them in place, the socket where slots cannot be used.
-* `coalesce`: a sender that joins sends while its peer is busy, with
-  back-pressure.
-* `sync_client`: a client without a thread, for one call at a time.
+* `client`: portal's client on an event-driven socket loop, bounded
+  connects and interruptible waits; `SyncClient`, without a thread, for
+  one call at a time.
+* `channel`: batches between roles: a sender that joins sends while its
+  peer is busy, with back-pressure; the batch channel, where a consumer
+  names shared-memory slots, the producer fills them in place, the socket
+  where slots cannot be used.
 * `wire`: portal's message encoding with less CPU.
 * `workers`: processes and threads for the roles of a launch.
-* `supervisor`: starts the workers of a launch together and watches them.
+* `supervisor`: starts the workers of a launch together and watches them;
+  restarts crashed ones with back-off.
 """
 
 from . import addresses
@@ -40,17 +40,14 @@ from . import auth
 from . import backoff
 from . import channel
 from . import client
-from . import coalesce
 from . import server
-from . import slots
 from . import sockets
 from . import supervisor
-from . import sync_client
 from . import workers
 from .addresses import PortTaken
 from .client import (
-    BadRequest, Client, Refused, RemoteError, Unreachable, connect, result)
+    BadRequest, Client, Refused, RemoteError, SyncClient, Unreachable,
+    connect, result)
 from .server import Server
 from .supervisor import Supervisor, WorkerFailed
-from .sync_client import SyncClient
 from .workers import Process, Thread

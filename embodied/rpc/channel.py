@@ -1,5 +1,28 @@
-"""The batch channel: batches from a producer to a consumer through
-shared-memory slots where both are on one machine, else over the socket.
+"""Batches between roles, over a client's calls: a sender that joins its
+sends while the peer is busy (`CoalescingSender`, the actor's to the
+replay), and the batch channel (`Consumer`, `Producer`, the learner's from
+the replay, `BatchStream` prefetching them), which moves batches through
+shared-memory slots where both ends are on one machine, else over the
+socket.
+
+    sender = CoalescingSender(send, join, size, hold, backlog)
+    sender.put(item)        # goes on at once, or is held (see below)
+    sender.flush()          # sends what is held; True when nothing is
+    sender.settle()         # True once every send has arrived
+
+`send(item)` makes the calls of one item and returns their futures; the
+first is the pacing peer's. While that peer has not answered the last send,
+further items are held, and go on together when it answers (at the next
+`put` or `flush(force=False)`), `join(held)` making one item of them (or
+several, should they not join; one held item as it is): a busy peer gets
+fewer, larger requests, an idle one every item at once. Once `hold` units
+(`size(item)` each) are held, `put` waits for the peer's answer, and with it
+its caller: at most one send is on its way to a busy peer. At most
+`backlog` sends are in flight, as a client's `maxinflight` would allow, but
+a wait gives up with an error once `closing` is set (a call blocked on a
+dead peer would keep its process from exiting). `put` runs one at a time
+(the caller's order); `flush` and `settle` may run on other threads and
+never wait.
 
     # Consumer (the learner's stream of one replay method):
     consumer = Consumer(functools.partial(client.call, 'sample_batch_train'),
@@ -13,32 +36,166 @@ shared-memory slots where both are on one machine, else over the socket.
     def sample_batch_train(target=None):
         return producer.answer(target, make, layout, make_into)
 
-The consumer asks plainly until the first batch shows the layout; then it
-keeps a ring of slots (`slots.SlotRing`, `per_request` batches a round trip)
-and names free ones in each request. The producer makes each batch in the
-slot where it can (`make_into(views)`, given `layout()`), else makes it and
-copies it there, and replies with the slot number. Where a slot cannot take
-the batch (another machine, a layout that changed, no /dev/shm or too
+With images a batch is a megabyte or more, and over loopback TCP each costs
+a send and a receive of all its bytes (about 0.5 ms of CPU on each side on
+a small machine). So the consumer asks plainly until the first batch shows
+the layout; then it keeps a ring of batch-sized slots in one file under
+/dev/shm (`SlotRing`, `per_request` batches a round trip) and names free
+ones in each request. The producer makes each batch in the slot where it
+can (`make_into(views)`, given `layout()`), else makes it and copies it
+there (`SlotWriter`), and replies with the slot number. Where a slot cannot
+take the batch (another machine, a layout that changed, no /dev/shm or too
 little room there) the batch itself comes back, and the consumer makes a
 ring for the new layout or stays on the socket, with a line saying why.
+
+A slot is free again once every array read from it has been garbage
+collected, so a consumer may keep batches as long as it likes (JAX on CPU
+may alias them instead of copying). The consumer unlinks the file as soon
+as the producer has mapped it, so nothing is left in /dev/shm when either
+process is killed later; a file left by a consumer killed before that is
+deleted by the next ring made on the machine. The producer writes only
+into files directly in /dev/shm whose names carry `PREFIX`, so a peer
+cannot make it write elsewhere.
 """
 
 import collections
+import functools
+import math
+import mmap
+import os
+import tempfile
+import threading
+import weakref
 
-from . import slots
+import numpy as np
+
+SHM_DIR = '/dev/shm'
+PREFIX = 'embodied-slots-'
+_ALIGN = 64  # Bytes; aligned arrays let XLA on CPU use them without a copy.
 
 RING_BYTES = 32 << 20
 MAX_PER_REQUEST = 4  # With prefetch 4, at most 16 batches sampled ahead.
 
+
+class CoalescingSender:
+    """Joins sends while the peer is busy; see the module docstring."""
+
+    def __init__(self, send, join, size, hold, backlog, closing=None,
+                 name='The sender'):
+        self.send, self.join, self.size = send, join, size
+        self.name = name  # For errors: '<name> shut down with ...'.
+        self.hold, self.backlog = hold, backlog
+        self.outbox = []
+        self.outbox_size = 0
+        self.outbox_lock = threading.Lock()  # Guards the outbox and sends.
+        self.last_send = None  # The pacing peer's future of the last send.
+        self.inflight = collections.deque()  # Futures of sent items.
+        self.inflight_lock = threading.Lock()  # Guards `inflight`.
+        # Set at shutdown: a send waiting for room gives up.
+        self.closing = closing or threading.Event()
+
+    def put(self, item):
+        """Sends `item`, or holds it while the peer has not answered the
+        last send."""
+        with self.outbox_lock:
+            self.outbox.append(item)
+            self.outbox_size += self.size(item)
+            if self._busy():
+                if self.outbox_size < self.hold:
+                    return
+                # One send at a time to a busy peer: rather than piling up
+                # items, the caller waits.
+                self._wait_for_peer()
+            self._send_outbox()
+        self.settle()
+
+    def flush(self, force=True):
+        """Sends held items (with `force=False`, only once the peer has
+        answered the last send); returns whether none is held. Never waits:
+        while a send is under way, or `backlog` sends are in flight (a peer
+        that does not answer), they stay held."""
+        if not self.outbox_lock.acquire(blocking=False):
+            return False  # `put` is sending (or waits for room).
+        try:
+            if self.outbox and (force or not self._busy()):
+                with self.inflight_lock:  # Arrived ones count as gone.
+                    room = sum(not f.done() for f in self.inflight) < (
+                        self.backlog)
+                if room:
+                    self._send_outbox()
+            return not self.outbox
+        finally:
+            self.outbox_lock.release()
+
+    def settle(self):
+        """Forgets sends that arrived; True when none is left. Raises what a
+        peer raised."""
+        with self.inflight_lock:
+            while self.inflight and self.inflight[0].done():
+                self.inflight.popleft().result()
+            return not self.inflight
+
+    def _busy(self):
+        return self.last_send is not None and not self.last_send.done()
+
+    def _send_outbox(self):
+        held, self.outbox, self.outbox_size = self.outbox, [], 0
+        self._wait_for_room()
+        for item in self.join(held):
+            futures = self.send(item)
+            self.last_send = futures[0]
+            with self.inflight_lock:
+                self.inflight.extend(futures)
+
+    def _wait_for_peer(self):
+        """Waits until the peer answered the last send; gives up at
+        shutdown, as `_wait_for_room`."""
+        while self._busy():
+            if self.closing.is_set():
+                raise RuntimeError(f'{self.name} shut down with items still '
+                                   f'waiting for the peer to answer.')
+            self.last_send.wait(0.1)
+
+    def _wait_for_room(self):
+        """Back-pressure: waits while `backlog` sends are in flight."""
+        while True:
+            with self.inflight_lock:
+                full = len(self.inflight) >= self.backlog
+                oldest = self.inflight[0] if full else None
+            if oldest is None:
+                return
+            if self.closing.is_set():
+                raise RuntimeError(
+                    f'{self.name} shut down with sends still in flight.')
+            oldest.wait(0.1)
+            self.settle()
+
+
+def concat_rows(held):
+    """A `join` for `CoalescingSender`: held items, each a tuple of dicts of
+    arrays, as one item with the rows of each dict concatenated in order;
+    as they are should their keys differ (a server takes batched requests
+    of one set of keys only)."""
+    first = held[0]
+    if len(held) == 1 or any(
+            len(item) != len(first) or any(
+                part.keys() != ref.keys() for part, ref in zip(item, first))
+            for item in held):
+        return held
+    return [tuple(
+        {key: np.concatenate([item[i][key] for item in held])
+         for key in first[i]} for i in range(len(first)))]
+
+
 Pending = collections.namedtuple('Pending', 'future ring slots')
 
 
-def batches_per_request(slot_bytes, prefetch):
-    """How many batches of `slot_bytes` one request asks for: as many as
+def batches_per_request(nbytes, prefetch):
+    """How many batches of `nbytes` one request asks for: as many as
     keep the ring (`prefetch` requests in flight plus one held) within
     `RING_BYTES`, between 1 and `MAX_PER_REQUEST`. Small batches share a
     round trip; large ones do not fill /dev/shm."""
-    fit = RING_BYTES // (slot_bytes * prefetch) - 1
+    fit = RING_BYTES // (nbytes * prefetch) - 1
     return max(1, min(MAX_PER_REQUEST, fit))
 
 
@@ -88,7 +245,7 @@ class Consumer:
             self.ring.close()
 
     def _receive(self, reply, ring, slot):
-        if slots.is_slot_reply(reply):
+        if is_slot_reply(reply):
             assert int(reply) == slot, (int(reply), slot)
             ring.unlink()  # The producer has it mapped now.
             self.on_shared()
@@ -100,12 +257,12 @@ class Consumer:
 
     def _start_ring(self, data):
         self.shared = False  # One try per layout.
-        layout = slots.layout_of(data)
+        layout = layout_of(data)
         self.per_request = self.asked_per_request or (batches_per_request(
-            slots.slot_bytes(layout), self.prefetch) if layout else 1)
+            slot_bytes(layout), self.prefetch) if layout else 1)
         # The batches in flight, and room for those received and held.
         count = (self.per_request + 1) * self.prefetch
-        self.ring, problem = slots.SlotRing.create(layout, count)
+        self.ring, problem = SlotRing.create(layout, count)
         if problem:
             print(f'{self.name} come over the socket ({problem}).',
                   flush=True)
@@ -114,18 +271,59 @@ class Consumer:
         """The producer sent a batch instead of using the slot."""
         ring, self.ring = self.ring, None
         ring.close()
-        if slots.layout_of(data) != ring.layout:
+        if layout_of(data) != ring.layout:
             self._start_ring(data)  # A ring for the new layout.
         else:
             print(f'{self.name} come over the socket (the producer at '
                   f'{self.peer} cannot open {ring.path}).', flush=True)
 
 
+class BatchStream:
+    """The batches of a `Consumer` as an iterator, `consumer.prefetch`
+    requests ahead from the start. `wait(future)` waits for a reply (None:
+    stop waiting); the stream ends (StopIteration) on a None. `client`, if
+    given, is the one the calls go through, closed with the stream."""
+
+    def __init__(self, consumer, wait, client=None):
+        self.consumer, self.wait, self.client = consumer, wait, client
+        self.futures = collections.deque(
+            consumer.request() for _ in range(consumer.prefetch))
+        self.ready = collections.deque()  # Batches received, not yet used.
+        self.received = 0
+
+    def ready_soon(self):
+        """Whether a batch has arrived (so `next` will not wait long)."""
+        return (self.received > 0 or bool(self.ready) or
+                self.futures[0].future.done())
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self.ready:
+            pending = self.futures.popleft()
+            batches = self.consumer.receive(
+                pending, self.wait(pending.future))
+            if batches is None:
+                raise StopIteration
+            self.ready.extend(batches)
+            # Asked after the slots of this reply are read, so that they
+            # count as in use while the new request takes its slots.
+            self.futures.append(self.consumer.request())
+        self.received += 1
+        return self.ready.popleft()
+
+    def close(self):
+        self.consumer.close()
+        if self.client:
+            self.client.close(1)
+
+
 class Producer:
     """The producer's side: answers requests that may name slots."""
 
     def __init__(self):
-        self.writer = slots.SlotWriter()
+        self.writer = SlotWriter()
 
     def answer(self, target, make, layout=None, make_into=None):
         """`make()` for a request without slots; with a `target`, one reply
@@ -137,7 +335,7 @@ class Producer:
         if target is None:
             return make()
         replies = []
-        for one in slots.split(target):
+        for one in split(target):
             reply = self._fill(one, make, layout, make_into)
             if reply is None:
                 return None
@@ -162,3 +360,280 @@ class Producer:
         if batch is not views:
             return self.writer.write(target, batch)  # The layout changed.
         return int(target[1])
+
+
+# The slots: a ring of them for the consumer, the writer for the producer.
+
+
+def layout_of(batch):
+    """The `(key, dtype, shape)` of every array of a batch, or None when the
+    batch is not a non-empty dict of arrays."""
+    if not isinstance(batch, dict) or not batch:
+        return None
+    if not all(isinstance(v, np.ndarray) and v.dtype != object
+               for v in batch.values()):
+        return None
+    return tuple((str(k), v.dtype.str, tuple(v.shape))
+                 for k, v in batch.items())
+
+
+@functools.lru_cache(maxsize=64)
+def signature(layout):
+    """A layout as one short string, compared by the server."""
+    return ';'.join(f'{k}:{d}:{",".join(map(str, s))}' for k, d, s in layout)
+
+
+def is_slot_reply(reply):
+    """Whether a reply is a slot number rather than the data itself."""
+    return isinstance(reply, (int, np.integer)) or (
+        isinstance(reply, np.ndarray) and reply.ndim == 0 and
+        reply.dtype.kind in 'iu')
+
+
+def slot_bytes(layout):
+    """Bytes one slot of `layout` takes in a ring (page-aligned)."""
+    return _offsets(tuple(layout))[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _offsets(layout):
+    """Byte offsets of the arrays within a slot, and the slot's stride."""
+    offsets, size = [], 0
+    for _, dtype, shape in layout:
+        offsets.append(size)
+        nbytes = np.dtype(dtype).itemsize * math.prod(shape)
+        size += max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+    stride = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+    return offsets, stride
+
+
+def _views(whole, layout, start):
+    """The arrays of a slot at byte `start` of the uint8 array `whole`
+    (their base, which keeps it alive)."""
+    return {key: np.ndarray(shape, dtype, whole, begin)
+            for key, dtype, shape, begin in _spans(layout, start)}
+
+
+@functools.lru_cache(maxsize=256)
+def _spans(layout, start):
+    """(key, dtype, shape, first byte) of each array of a slot at byte
+    `start`."""
+    offsets, _ = _offsets(layout)
+    return tuple(
+        (key, np.dtype(dtype), shape, start + offset)
+        for (key, dtype, shape), offset in zip(layout, offsets))
+
+
+class SlotRing:
+    """The consumer's slots in one file under /dev/shm. Thread-safe."""
+
+    def __init__(self, layout, slots, directory=SHM_DIR):
+        assert layout and slots >= 1, (layout, slots)
+        self.layout = tuple(layout)
+        self.signature = signature(self.layout)
+        self.stride = slot_bytes(self.layout)
+        _remove_stale(directory)
+        fd, self.path = tempfile.mkstemp(
+            prefix=f'{PREFIX}{os.getpid()}-', dir=directory)
+        try:
+            # Reserves the pages now: a full tmpfs fails here with ENOSPC
+            # instead of killing the server with SIGBUS on a later write.
+            os.posix_fallocate(fd, 0, self.stride * slots)
+            self._map = mmap.mmap(fd, self.stride * slots)
+        except BaseException:
+            os.unlink(self.path)
+            raise
+        finally:
+            os.close(fd)
+        self._lock = threading.Lock()
+        self._free = collections.deque(range(slots))
+        self._linked = True
+
+    @classmethod
+    def create(cls, layout, slots, directory=SHM_DIR):
+        """A ring, or None (and why) when shared memory is unavailable."""
+        if not layout:
+            return None, 'the data is no dict of arrays'
+        if not os.path.isdir(directory):
+            return None, f'{directory} does not exist'
+        if not hasattr(os, 'posix_fallocate'):
+            return None, 'this system has no posix_fallocate'
+        try:
+            return cls(layout, slots, directory), None
+        except OSError as e:
+            return None, f'{directory}: {e.strerror or e}'
+
+    def acquire(self):
+        """A free slot number, or None while every slot is in use."""
+        with self._lock:
+            return self._free.popleft() if self._free else None
+
+    def release(self, slot):
+        """Gives back a slot that was acquired but not read (and, called by
+        `read`'s finalizer, one whose batch is gone)."""
+        with self._lock:
+            self._free.append(slot)
+
+    def target(self, slots):
+        """What a request names for the server to write into: a list of
+        slot numbers (see `split`)."""
+        return [self.path, [int(slot) for slot in slots], self.signature]
+
+    def read(self, slot):
+        """The batch in `slot`, as arrays that share its memory. The slot is
+        free again once all of them are garbage collected."""
+        # Every array is a view of one array over the slot, which therefore
+        # lives exactly as long as the last of them.
+        whole = np.frombuffer(
+            self._map, np.uint8, self.stride, slot * self.stride)
+        weakref.finalize(whole, self.release, slot)
+        return _views(whole, self.layout, 0)
+
+    def unlink(self):
+        """Removes the file's name; the memory lives on while mapped."""
+        if self._linked:
+            self._linked = False
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def close(self):
+        """Unlinks the file. The mapping stays until the last batch read
+        from it is gone (closing it under live arrays would crash them)."""
+        self.unlink()
+        self._map = None
+
+
+def _remove_stale(directory):
+    """Deletes ring files whose process died before it unlinked them (it
+    was killed between creating one and the server's first write)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(PREFIX):].split('-', 1)[0]
+        if name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # Another user's process.
+    return True
+
+
+def split(target):
+    """The one-slot targets, `[path, slot, signature]`, in a request's
+    target, for `SlotWriter.write`; `[target]` when it is malformed (the
+    writer then answers with the batch itself)."""
+    try:
+        path, slots, expected = target
+        return [[path, slot, expected] for slot in slots]
+    except (TypeError, ValueError):
+        return [target]
+
+
+class SlotWriter:
+    """The producer's side: writes batches into the slots consumers name."""
+
+    def __init__(self, directory=SHM_DIR, keep=8):
+        self.directory = os.path.realpath(directory)
+        self.keep = keep
+        # path -> (mmap, array, {(slot, signature): views})
+        self._maps = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def write(self, target, batch):
+        """Writes `batch` into the slot a one-slot `target` (from `split`)
+        names and returns the slot number; returns `batch` itself when there
+        is no target or it cannot be used."""
+        layout = target is not None and layout_of(batch)
+        views = layout and self.views(target, layout)
+        if not views:
+            return batch
+        for key, view in views.items():
+            np.copyto(view, batch[key])
+        return int(target[1])
+
+    def views(self, target, layout):
+        """Writable arrays in the slot a one-slot `target` names, one per
+        `(key, dtype, shape)` of `layout` (dtype as `np.dtype(...).str`),
+        so that a batch can be made in place; None when the target cannot
+        take a batch of that layout (then send the batch itself)."""
+        try:
+            path, slot, expected = target
+            slot = int(slot)
+        except (TypeError, ValueError):
+            return None
+        if slot < 0 or signature(layout) != expected:
+            return None
+        entry = self._open(path)
+        if entry is None:
+            return None
+        whole, cache = entry
+        views = cache.get((slot, expected))
+        if views is None:
+            stride = slot_bytes(layout)
+            if (slot + 1) * stride > len(whole):
+                return None
+            views = _views(whole, layout, slot * stride)
+            # Kept with the mapping, which they keep open until it goes.
+            cache[(slot, expected)] = views
+        return views
+
+    def _open(self, path):
+        """A uint8 array over the mapped file `path` and a dict for views of
+        its slots, or None."""
+        with self._lock:
+            entry = self._maps.get(path)
+            if entry is not None:
+                self._maps.move_to_end(path)
+                return entry[1:]
+            if not self._allowed(path):
+                return None
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+            except OSError:
+                return None  # Another machine, or the client unlinked it.
+            try:
+                mapping = mmap.mmap(fd, 0)
+            except (OSError, ValueError):
+                return None
+            finally:
+                os.close(fd)
+            whole = np.frombuffer(mapping, np.uint8)
+            self._maps[path] = (mapping, whole, {})
+            while len(self._maps) > self.keep:
+                # Only the mapping is kept: its arrays must go first.
+                _close(self._maps.popitem(last=False)[1][0])
+            return whole, self._maps[path][2]
+
+    def _allowed(self, path):
+        if not isinstance(path, str):
+            return False
+        folder, name = os.path.split(path)
+        return (name.startswith(PREFIX) and '/' not in name and
+                os.path.realpath(folder) == self.directory)
+
+    def close(self):
+        with self._lock:
+            mappings = [entry[0] for entry in self._maps.values()]
+            self._maps.clear()  # Drops the arrays, so the mappings close.
+            for mapping in mappings:
+                _close(mapping)
+
+
+def _close(mapping):
+    try:
+        mapping.close()
+    except BufferError:
+        pass  # A write is still using it; it goes with its last view.

@@ -1,4 +1,5 @@
-"""portal's client with an event-driven socket loop, plus helpers.
+"""The clients: portal's on an event-driven socket loop, and one without a
+thread for one call at a time.
 
 portal 3.8.3's `ClientSocket` loop passes 0.2 to `select.poll().poll()`,
 whose timeout is in milliseconds, so every idle client wakes 5,000 times a
@@ -12,6 +13,11 @@ server's verdict on a token handshake (`auth`): a refused client keeps
 `backoff.Backoff` (0.1 s doubling to 5 s, one line per reason per
 `report_every` seconds). Everything else (futures, resends, the wire
 format) is portal's.
+
+`SyncClient` speaks the same protocol from the calling thread, for an env
+worker's request and wait, over and over: portal's background thread would
+cost two thread hand-offs per call. A lost connection raises
+`portal.Disconnected`; reconnecting is the caller's choice.
 """
 
 import collections
@@ -25,6 +31,7 @@ import socket
 
 import portal
 from portal import buffers
+from portal import utils as portal_utils
 from portal import client_socket
 from portal import contextlib as portal_contextlib
 from portal import futures as portal_futures
@@ -35,6 +42,8 @@ from . import backoff as backofflib
 from . import wire
 
 _POLL_MS = 200
+_HANDSHAKE = b'portal_handshake'
+_KEEPALIVE = (10, 10, 10)  # After, every, fails: portal's defaults.
 _READ = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP
 
 
@@ -87,13 +96,7 @@ class ClientSocket(client_socket.ClientSocket):
             target = (host, port, 0, 0) if self.options.ipv6 else (host, port)
             sock = self._create()
             try:
-                sock.settimeout(10)
-                sock.connect(target)
-                sock.sendall(handshake.encode('utf-8'))
-                if verdict:
-                    accepted, server = auth.read_verdict(sock)
-                    if not accepted:
-                        raise Refused(server)
+                _handshake(sock, target, handshake.encode('utf-8'), verdict)
                 sock.settimeout(0)
                 self.refusal = None
                 return sock
@@ -312,12 +315,13 @@ def wait_limit(timeout):
 
 
 def connect(addr, name, timeout=None, ipv6=None, report_every=None,
-            **kwargs):
+            check=None, **kwargs):
     """A connected `Client` for `addr`, or `Unreachable` after `timeout`
     seconds (None waits forever). Every `report_every` seconds of waiting it
-    prints whom it waits for. Extra kwargs go to the client (`maxinflight`,
-    `autoconn`, `handshake`: the run's, see `auth`; None: portal's). `ipv6`
-    defaults to `portal.setup()`'s."""
+    prints whom it waits for; `check()`, if given, runs every 0.2 s of
+    waiting and may raise to give up. Extra kwargs go to the client
+    (`maxinflight`, `autoconn`, `handshake`: the run's, see `auth`; None:
+    portal's). `ipv6` defaults to `portal.setup()`'s."""
     if ipv6 is None:
         ipv6 = portal.context.clientkw.get('ipv6', False)
     addr = addresses.client_addr(addr, ipv6)
@@ -329,36 +333,41 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
     client = Client(addr, name, **kwargs)
     start = time.monotonic()
     deadline = None if timeout is None else start + timeout
-    step = report_every or timeout
+    next_report = report_every and start + report_every
     while True:
-        left = None if deadline is None else deadline - time.monotonic()
-        wait = step if left is None else min(step or left, left)
-        if client.connect(None if wait is None else max(0.0, wait)):
+        now = time.monotonic()
+        waits = [t - now for t in (next_report, deadline) if t is not None]
+        waits += [0.2] if check else []
+        if client.connect(max(0.0, min(waits)) if waits else None):
             return client
-        if deadline is not None and time.monotonic() >= deadline:
+        now = time.monotonic()
+        try:
+            if deadline is not None and now >= deadline:
+                raise _gave_up(name, timeout, addr, client.socket.refusal,
+                               client.socket.auth_differs)
+            check and check()
+        except BaseException:
             client.close(1)
-            refusal = client.socket.refusal
-            if refusal:
-                differs = client.socket.auth_differs
-                raise Refused(
-                    gave_up(name, timeout, addr, differs), auth_differs=differs)
-            raise Unreachable(
-                f'{name}: no server at {addr} after {timeout} s '
-                f'(run.connect_timeout).')
-        if client.socket.refusal:
-            continue  # The socket reports the refusal itself.
-        print(f'{name}: waiting for the server at {addr} for '
-              f'{time.monotonic() - start:.0f} s ({wait_limit(timeout)}).',
-              flush=True)
+            raise
+        if next_report and now >= next_report:
+            next_report = now + report_every
+            if not client.socket.refusal:  # The socket reports a refusal.
+                print(f'{name}: waiting for the server at {addr} for '
+                      f'{now - start:.0f} s ({wait_limit(timeout)}).',
+                      flush=True)
 
 
-def gave_up(name, timeout, addr, auth_differs):
-    """The error of a client refused until run.connect_timeout."""
+def _gave_up(name, timeout, addr, refused, auth_differs):
+    """The error of a client that found no server, or was refused (for its
+    secret or its run.auth), until run.connect_timeout."""
+    if not refused:
+        return Unreachable(f'{name}: no server at {addr} after {timeout} s '
+                           f'(run.connect_timeout).')
     what = ('its run.auth differs' if auth_differs else
             'its run secret differs')
-    return (f'{name}: gave up after {timeout} s (run.connect_timeout): the '
-            f'server at {addr} kept refusing this command: {what} (see '
-            f'above).')
+    return Refused(f'{name}: gave up after {timeout} s (run.connect_timeout): '
+                   f'the server at {addr} kept refusing this command: {what} '
+                   f'(see above).', auth_differs=auth_differs)
 
 
 def result(future, stop=None, timeout=None, poll=0.1, report_every=None,
@@ -382,3 +391,179 @@ def result(future, stop=None, timeout=None, poll=0.1, report_every=None,
             next_report = now + report_every
             text = report() if callable(report) else report
             print(f'{text} (waited {now - start:.0f} s).', flush=True)
+
+
+
+class SyncClient:
+    """A client without a thread: one request at a time, from the caller.
+
+        client = SyncClient.connect('localhost:7000', 'Env00000', timeout=120)
+        reply = client.call('act', obs, report_every=30, report='Waiting ...')
+    """
+
+    def __init__(self, sock, addr, name):
+        self.sock = sock
+        self.addr = addr
+        self.name = name
+        self.reqnum = 0
+
+    @classmethod
+    def connect(cls, addr, name, timeout=None, ipv6=False, report_every=None,
+                handshake=None, backoff=None):
+        """A connected client, or `Unreachable` after `timeout` seconds
+        (None: wait forever), reporting every `report_every` seconds;
+        `Refused` when the server's last answer was a refusal. `handshake`
+        is the run's (see `auth`); portal's plain one if None. Attempts
+        wait through `backoff` (a new `backoff.Backoff` if None)."""
+        handshake = handshake or _HANDSHAKE.decode()
+        verdict = auth.expects_verdict(handshake)
+        handshake = handshake.encode('utf-8')
+        addr = addresses.client_addr(addr, ipv6)
+        host, port = addresses.split(addr)
+        backoff = backoff or backofflib.Backoff(every=report_every or 30)
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        next_report = report_every and start + report_every
+        refusal = None
+        differs = False  # Whether the refusal is one of run.auth.
+        no_verdicts = 0  # In a row (see `auth.NO_VERDICTS`).
+        while True:
+            refused = False
+            try:
+                sock = _try_connect(host, int(port), ipv6, handshake, verdict)
+                no_verdicts = 0
+            except auth.NoVerdict:
+                sock = None
+                no_verdicts += 1
+                if no_verdicts >= auth.NO_VERDICTS:
+                    refused = differs = True
+                    refusal = auth.auth_mismatch(name, '', addr, True)
+                    backoff.report('refused', refusal, auth.still_refused(
+                        name, '', addr))
+            except Refused as e:
+                refused, differs, no_verdicts = True, False, 0
+                sock, refusal = None, auth.refusal_message(name, str(e), addr)
+                backoff.report('refused', refusal, auth.still_refused(
+                    name, str(e), addr))
+            if sock:
+                return cls(sock, addr, name)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise _gave_up(name, timeout, addr, refusal, differs)
+            if next_report and now >= next_report and not refusal:
+                next_report = now + report_every
+                print(f'{name}: waiting for the server at {addr} for '
+                      f'{now - start:.0f} s ({wait_limit(timeout)}'
+                      f').', flush=True)
+            backoff.wait(deadline=deadline, cap=None if refused else (
+                backofflib.NO_SERVER_WAIT))
+
+    def call(self, method, *args, report_every=None, report=None):
+        """Sends a request and returns the reply; every `report_every`
+        seconds of waiting prints `report`."""
+        if self.sock is None:
+            raise portal.Disconnected
+        self.reqnum += 1
+        reqnum = self.reqnum.to_bytes(8, 'little', signed=False)
+        name = method.encode('utf-8')
+        parts = [reqnum, len(name).to_bytes(8, 'little'), name,
+                 *wire.pack(args)]
+        try:
+            _send_frame(self.sock, parts)
+            while True:
+                reply = self._receive(report_every, report)
+                if bytes(reply[:8]) in (reqnum, auth.VERDICT_REQNUM):
+                    break  # Replies to requests abandoned before are skipped.
+        except OSError as e:
+            self.close()
+            raise portal.Disconnected(f'{self.addr}: {e}') from None
+        verdict = auth.parse_verdict(reply)
+        if verdict is not None and not verdict[0]:
+            # A plain handshake of ours (run.auth False) met a server with
+            # `auth`.
+            self.close()
+            raise Refused(
+                auth.auth_mismatch(self.name, verdict[1], self.addr, False),
+                auth_differs=True)
+        status = int.from_bytes(reply[8:16], 'little')
+        if status == 0:
+            return wire.unpack(reply[16:])
+        message = bytes(reply[16:]).decode('utf-8', 'replace')
+        raise _ERRORS.get(status, RemoteError)(message)
+
+    def close(self, timeout=None):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def _receive(self, report_every, report):
+        start = time.monotonic()
+        # Waits for the reply's first byte; a frame that began is read in
+        # full, so a report never cuts one.
+        while not select.select([self.sock], [], [], report_every or None)[0]:
+            waited = time.monotonic() - start
+            text = report() if callable(report) else report
+            print(f'{text} (waited {waited:.0f} s).', flush=True)
+        length = int.from_bytes(_read(self.sock, 8), 'little')
+        if length < 16:
+            raise ConnectionError(f'malformed reply of {length} bytes')
+        return _read(self.sock, length)
+
+
+def _handshake(sock, target, handshake, verdict):
+    """Connects `sock` and sends the handshake; raises `Refused` (its
+    message: the server's name) when the server refused it, or
+    `auth.NoVerdict` when it answered a token without a verdict."""
+    sock.settimeout(10)
+    sock.connect(target)
+    sock.sendall(handshake)
+    if verdict:
+        accepted, server = auth.read_verdict(sock)
+        if not accepted:
+            raise Refused(server)
+
+
+def _try_connect(host, port, ipv6, handshake, verdict):
+    """A connected socket, or None when no server took the connection;
+    raises as `_handshake`."""
+    family = socket.AF_INET6 if ipv6 else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        _handshake(sock, (host, port, 0, 0) if ipv6 else (host, port),
+                   handshake, verdict)
+        sock.settimeout(None)
+    except (auth.NoVerdict, Refused):
+        sock.close()
+        raise
+    except (OSError, socket.gaierror):
+        sock.close()
+        return None
+    # Each message goes out in one call, so Nagle's delay only costs.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    portal_utils.set_keepalive(sock, *_KEEPALIVE)
+    return sock
+
+
+def _send_frame(sock, parts):
+    views = [memoryview(part).cast('B') for part in parts]
+    length = sum(len(view) for view in views)
+    views.insert(0, memoryview(length.to_bytes(8, 'little')))
+    while views:
+        sent = sock.sendmsg(views)
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+def _read(sock, size):
+    buffer = memoryview(bytearray(size))
+    got = 0
+    while got < size:
+        count = sock.recv_into(buffer[got:])
+        if not count:
+            raise ConnectionResetError('the server closed the connection')
+        got += count
+    return buffer

@@ -7,6 +7,24 @@
         group.check()          # raises WorkerFailed naming the worker
     group.wait(timeout=10)     # after asking them to stop
     group.kill()               # whatever is left
+
+`RestartingGroup` restarts the workers that crash (the env workers):
+
+    pool = RestartingGroup(specs, max_restarts, on_crash=notify)
+    pool.start()
+    while running:
+        pool.poll()         # restarts crashed workers after a back-off;
+                            # raises WorkerFailed when one must end the run
+    pool.stopping()         # from now on workers may exit; none restarts
+
+Each spec has a `name` and `make()`, which gives a fresh, unstarted worker.
+A worker that ends with one of the `fatal` exit codes ends the run at once:
+a restart would fail the same way. Any other end before `stopping()` (an
+exception, SIGKILL, a segfault, even exit 0) is a crash: the worker starts
+again after a back-off that doubles with each of its crashes (`backoff`,
+2 * `backoff`, ... at most `max_backoff` seconds), at most `max_restarts`
+times per worker; its next crash ends the run. `on_crash(spec, exitcode,
+error)` is told of each crash.
 """
 
 import signal
@@ -114,3 +132,97 @@ class Supervisor(WorkerGroup):
                 continue
             raise WorkerFailed(
                 worker.name, code, getattr(worker, 'error', None))
+
+
+class _Slot:
+    """One worker's current process and its crash history."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.process = None
+        self.restarts = 0
+        self.due = None  # When a crashed worker starts again.
+
+
+class RestartingGroup(WorkerGroup):
+    """Workers restarted when they crash; see the module docstring.
+    `setting` names the restart limit in messages."""
+
+    def __init__(
+            self, specs, max_restarts=10, on_crash=None, backoff=0.5,
+            max_backoff=30.0, fatal=(), setting='the restart limit'):
+        self.slots = [_Slot(spec) for spec in specs]
+        self.max_restarts = int(max_restarts)
+        self.on_crash = on_crash
+        self.backoff, self.max_backoff = backoff, max_backoff
+        self.fatal, self.setting = tuple(fatal), setting
+        self.restarts = 0  # Restarts of all workers so far.
+        self._stopping = False
+
+    @property
+    def names(self):
+        return [slot.spec.name for slot in self.slots]
+
+    @property
+    def workers(self):
+        """The current processes (a crashed one until it is restarted)."""
+        return [slot.process for slot in self.slots if slot.process]
+
+    def start(self):
+        for slot in self.slots:
+            slot.process = slot.spec.make().start()
+
+    def poll(self, done_ok=False):
+        """Restarts the workers whose back-off is over and schedules those
+        that crashed since the last call. Raises `WorkerFailed` for a worker
+        that must end the run. With `done_ok`, a worker that exits 0 has
+        finished (it was told to stop) rather than crashed."""
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.due is not None:
+                if now >= slot.due and not self._stopping:
+                    slot.due = None
+                    slot.process = slot.spec.make().start()
+                    print(f'Restarted {slot.spec.name} (pid '
+                          f'{slot.process.pid}), restart {slot.restarts} of '
+                          f'{self.max_restarts} ({self.setting}).',
+                          flush=True)
+                continue
+            code = slot.process and slot.process.exitcode
+            if code is None or self._stopping or (code == 0 and done_ok):
+                continue
+            self._crashed(slot, code, now)
+
+    def _crashed(self, slot, code, now):
+        error = slot.process.error
+        name = slot.spec.name
+        if code in self.fatal:
+            raise WorkerFailed(name, code, error)
+        if slot.restarts >= self.max_restarts:
+            raise WorkerFailed(
+                name, code, error,
+                detail=f'it crashed {slot.restarts + 1} times, more than '
+                       f'{self.setting} ({self.max_restarts}) allows')
+        slot.restarts += 1
+        self.restarts += 1
+        delay = min(self.max_backoff,
+                    self.backoff * 2 ** (slot.restarts - 1))
+        slot.due = now + delay
+        failure = WorkerFailed(name, code, error)
+        print(f'{failure} Restarting it in {delay:.1f} s.', flush=True)
+        if self.on_crash:
+            self.on_crash(slot.spec, code, error)
+
+    def stopping(self):
+        """From now on workers may exit and none is restarted."""
+        self._stopping = True
+        for slot in self.slots:
+            slot.due = None
+
+    def restarting(self):
+        """Whether a crashed worker waits for its restart."""
+        return any(slot.due is not None for slot in self.slots)
+
+    def kill(self):
+        self.stopping()
+        super().kill()

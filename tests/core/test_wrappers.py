@@ -242,33 +242,39 @@ class TestCheckSpaces:
             assert text in str(info.value)
 
     @pytest.mark.parametrize('change, expected', BAD_OBS)
-    def test_bad_obs_in_a_stacked_batch(self, change, expected):
-        # stack_obs checks the obs of several envs at once and names the
-        # first bad one with the message `step` gives.
+    @pytest.mark.parametrize('stacked', [True, False])
+    def test_bad_obs_in_a_stacked_batch(self, change, expected, stacked):
+        # check_stacked checks the obs of several envs at once (stacked, or
+        # obs by obs where they did not stack) and names the first bad one
+        # with the message `step` gives.
         good = wrappers.CheckSpaces(TinyEnv())
         bad = wrappers.CheckSpaces(BadObsEnv(change))
         obs = [good.step(act(reset=True)) for _ in range(4)]
         obs[2] = bad.env.step(act(reset=True))  # Unchecked.
+        batch = _stack(obs) if stacked else None
         with pytest.raises(wrappers.BatchSpaceError) as info:
-            good.stack_obs(obs)
+            good.check_stacked(obs, batch)
         assert info.value.index == 2
         for text in expected:
             assert text in str(info.value)
 
-    def test_stack_obs_stacks_valid_obs(self):
+    def test_check_stacked_passes_valid_obs(self):
         env = wrappers.CheckSpaces(TinyEnv())
         obs = [env.step(act(reset=True)) for _ in range(3)]
-        batch = env.stack_obs(obs)
-        assert batch.keys() == obs[0].keys()
-        for key, value in batch.items():
-            assert value.shape == (3, *np.shape(obs[0][key]))
-            np.testing.assert_array_equal(value[1], obs[1][key])
+        env.check_stacked(obs, _stack(obs))
+        env.check_stacked(obs)
 
-    def test_stack_obs_accepts_python_numbers_that_fit(self):
+    def test_check_stacked_accepts_python_numbers_that_fit(self):
         env = wrappers.CheckSpaces(
             BadObsEnv(_set('is_first', True)))
         obs = [env.step(act(reset=True)) for _ in range(2)]
-        assert env.stack_obs(obs)['is_first'].tolist() == [True, True]
+        env.check_stacked(obs, _stack(obs))
+
+    def test_shared_check_only_for_envs_of_the_same_spaces(self):
+        envs = [wrappers.CheckSpaces(TinyEnv()) for _ in range(2)]
+        assert wrappers.shared_check(envs) is envs[0]
+        assert not any(env.check_obs for env in envs)
+        assert wrappers.shared_check([*envs, TinyEnv()]) is None
 
     @pytest.mark.parametrize('action, expected', [
         ({'reset': False},
@@ -492,3 +498,11 @@ def test_add_obs_adds_a_constant_key_and_its_space():
     with pytest.raises(ValueError, match="already has obs 'pos'"):
         wrappers.AddObs(TinyEnv(), 'pos', 0, Space(np.float32))
     assert embodied.wrappers.Wrapper is embodied.Wrapper
+
+
+def _stack(obs):
+    """The obs stacked per key, or None where they do not stack."""
+    try:
+        return {k: np.array([o[k] for o in obs]) for k in obs[0]}
+    except Exception:
+        return None

@@ -84,7 +84,7 @@ def test_a_producer_without_layout_copies_and_a_changed_layout_falls_back():
             [2, 2, 2, 3, 3])]
         # The batch of another layout came back itself; a new ring took it.
         assert consumer.ring is not None and consumer.ring.layout == (
-            channel.slots.layout_of(batch(0, 3)))
+            channel.layout_of(batch(0, 3)))
     finally:
         consumer.close()
         producer.close()
@@ -116,3 +116,21 @@ def test_batches_per_request_keep_the_slot_ring_small():
         channel.MAX_PER_REQUEST)
     # A 16 x 64 batch of 64x64x3 images: one per request, 8 slots.
     assert channel.batches_per_request(16 * 64 * 12288, prefetch=4) == 1
+
+
+def test_batch_stream_prefetches_from_the_start_and_ends_on_none():
+    producer = channel.Producer()
+    answers = iter([batch(0), batch(1), batch(2), None, None, None])
+    link = Link(producer, lambda: next(answers))
+    consumer = channel.Consumer(link, 'Test: batches', False, prefetch=3)
+    waited = []
+    stream = channel.BatchStream(
+        consumer, lambda future: waited.append(1) or future.result())
+    try:
+        assert len(link.targets) == 3  # Asked ahead, before any `next`.
+        assert stream.ready_soon()
+        assert [int(b['n'][0]) for b in stream] == [0, 1, 2]
+        assert len(waited) == 4  # The fourth reply was None: the end.
+    finally:
+        stream.close()
+        producer.close()

@@ -1,7 +1,7 @@
 """The private parts of portal that `embodied.rpc` stands on.
 
 `embodied.rpc` subclasses portal's sockets, rebuilds `portal.Client.__init__`,
-speaks portal's handshake and frames without portal (`sync_client`) and
+speaks portal's handshake and frames without portal (`client.SyncClient`) and
 falls back to portal's encoder (`wire`). pyproject.toml pins the one portal
 version these were written against. This test names every such symbol, so
 a different portal fails here, saying what moved, instead of somewhere in
@@ -29,7 +29,6 @@ from portal import utils
 
 from embodied import rpc
 from embodied.rpc import client as rpc_client
-from embodied.rpc import sync_client
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -106,7 +105,7 @@ METHODS = [
     (server_socket.ServerSocket, 'recv', ['self', 'timeout']),
     (server_socket.ServerSocket, 'close', ['self', 'timeout']),
     (server_socket.ServerSocket, 'connections', None),
-    # wire falls back to portal's encoder; sync_client sets keep-alive.
+    # wire falls back to portal's encoder; SyncClient sets keep-alive.
     (packlib, 'pack', ['data']),
     (packlib, 'unpack', ['buffer']),
     (utils, 'set_keepalive', ['sock', 'after', 'every', 'fails']),
@@ -166,10 +165,10 @@ def test_server_socket_attributes_and_the_handshake():
     try:
         for name in ('sock', 'recvq', 'conns', 'handshake', 'options'):
             assert hasattr(server, name), name
-        # sync_client speaks the handshake without portal.
-        assert server.handshake == sync_client._HANDSHAKE
+        # SyncClient speaks the handshake without portal.
+        assert server.handshake == rpc_client._HANDSHAKE
         assert client_socket.Options().handshake.encode() == (
-            sync_client._HANDSHAKE)
+            rpc_client._HANDSHAKE)
         conn = server_socket.Connection(None, None)
         assert conn.handshake == b'' and hasattr(conn, 'sock')
     finally:

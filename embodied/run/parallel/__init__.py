@@ -8,30 +8,14 @@
     launcher (`combined`): starts the workers, decides stop and save, prints
     progress.
 
-One module per role, each opening with its loop and the RPC methods it
-serves and calls; each role's logic is a class whose methods are its RPC
-methods, declared once in its `RPC` table ({method: who calls it}), and the
-module's tail binds it to a server (`connections.bind_role`):
-
-    launch.py          combined: starts the roles, decides stop and save
-    save_and_stop.py   the launcher's save and stop protocol
-    agent_process.py   parallel_agent, AgentControl: the agent process
-    actor.py           parallel_actor, ActorRole: serves `act`
-    learner.py         parallel_learner: trains from the replay's batches
-    replay_server.py   parallel_replay, ReplayRole: replays and the limiter
-    logger_server.py   parallel_logger, LoggerRole: the global step, metrics
-    env.py             parallel_env, parallel_envs: env worker processes
-
-and their helpers: `link` (what actor and learner share, each field with
-its lock), `envpool` (restarting env workers), `remote_stream` (the
-learner's batch stream), `remote_roles` (roles started as separate
-commands). `rpc_table()` lists every role's RPC methods, as
-docs/parallel.md shows them; which thread of the agent process calls each
-agent method is the table atop `embodied/jax/agent.py`.
-
-Entry points keep the original's signatures. Every factory may be given as
-a callable or as its cloudpickled bytes. `python -m embodied.run.parallel`
-takes the same flags as `python -m embodied.main`.
+One module per role (launch, agent_process, actor, learner, replay_server,
+logger_server, env); each role's logic is a class whose methods are its RPC
+methods, declared once in its `RPC` table ({method: who calls it}), which
+`connections.bind_role` binds to a server and `rpc_table()` lists. Helpers:
+`save_and_stop` (the launcher's protocol), `link` (what actor and learner
+share) and `remote_roles` (roles started as separate commands). Entry
+points keep the original's signatures; every factory may be given as a
+callable or as its cloudpickled bytes.
 """
 
 from embodied.run.parallel.actor import ActorRole
@@ -45,7 +29,6 @@ from embodied.run.parallel.learner import parallel_learner
 from embodied.run.parallel.logger_server import LoggerRole
 from embodied.run.parallel.logger_server import parallel_logger
 from embodied.run.parallel.replay_server import ReplayRole
-from embodied.run.parallel.replay_server import add_rows
 from embodied.run.parallel.replay_server import parallel_replay
 from embodied.run.saving import resume_tag
 

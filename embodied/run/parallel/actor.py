@@ -9,23 +9,15 @@
 
 The server batches `run.actor_batch` envs per policy call (a partial batch
 runs after `run.actor_flush` seconds) and answers each env worker before the
-transitions are sent on. `log/` keys of an observation go to the logger only.
-While the replay has not answered the last send (its limiter holds inserts
-back), the transitions of further batches wait and go on together, as one
-request to each role, when it answers: a busy replay gets fewer, larger
-requests, an idle one every batch at once. Once `hold_rows` rows wait, the
-next batch's send waits for the replay's answer, and with it the envs: at
-most one send is on its way to a busy replay, and `hold_rows` rows wait
-(`rpc.coalesce.CoalescingSender`).
+transitions are sent on. While the replay works on the last send (its
+limiter holds inserts back), further transitions are held and go on joined
+(`rpc.channel.CoalescingSender`): a busy replay gets fewer, larger requests.
 
-The server on `run.actor_addr` is the agent process's one server: the env
-workers and the launcher both know that address. The actor binds `act` on
-it; `parallel_agent` has the agent's control methods (`status`, `pause`,
-`resume`, `drained`, `save`, `stop_learner`, `stop_envs`, `shutdown`, see
-agent_process.py) bound next to it before it starts.
+The server on `run.actor_addr` is the agent process's one server: the actor
+binds `act` on it, next to the agent's control methods (agent_process.py).
 
-RPC methods served: `ActorRole.RPC`.
-RPC methods called: replay `add_batch`, logger `tran`.
+RPC methods served: `ActorRole.RPC`. Called: replay `add_batch`, logger
+`tran`.
 """
 
 import collections
@@ -43,18 +35,12 @@ from embodied.run.parallel.link import link_of
 
 
 class ActorRole:
-    """The actor's logic; its RPC method is `act`.
-
-        actor = ActorRole(agent, args, replay, logger)
-        reply, trans = actor.act(obs)   # the server's workfn
-        actor.send(trans)                # its postfn, after the reply
-
-    `replay` and `logger` are clients (`add_batch`, `tran`, each returning a
-    portal future). `act` runs on `run.actor_threads` threads at once; `send` runs
-    one call at a time, in request order. Keeps one policy carry per env.
-    `flush()` sends transitions that wait for the replay; the actor's loop
-    calls it every few milliseconds and `drained` before a save.
-    """
+    """The actor's logic; its RPC method is `act`, whose reply goes back
+    before `send` (its postfn) passes the transitions on. `replay` and
+    `logger` are clients. `act` runs on `run.actor_threads` threads at once;
+    `send` one call at a time, in request order. Keeps one policy carry per
+    env. `flush()` sends held transitions; the actor's loop calls it every
+    few milliseconds and `drained` before a save."""
 
     RPC = {'act': 'env workers'}  # Its RPC method: who calls it.
 
@@ -66,8 +52,9 @@ class ActorRole:
         # Transitions held while the replay works on the last send: up to 8
         # policy batches (8 took 4% less CPU per env step than 4, measured
         # with `embodied.perf.throughput --old` at 16 envs, 8 per worker).
-        self.sender = rpc.coalesce.CoalescingSender(
-            self._send, _joined, lambda trans: len(trans[0]['envid']),
+        self.sender = rpc.channel.CoalescingSender(
+            self._send, rpc.channel.concat_rows,
+            lambda trans: len(trans[0]['envid']),
             hold_rows or 8 * max(1, args.actor_batch), self.backlog,
             closing, name='The actor')
         self.closing = self.sender.closing  # Set at shutdown.
@@ -158,20 +145,6 @@ class ActorRole:
 def backlog(args):
     """How many sends to the replay and logger may be in flight."""
     return 8 * args.actor_threads
-
-
-def _joined(held):
-    """The held `(data, episode)` pairs as one pair, rows in order (the
-    server accepts `act` requests of one set of keys only); as they are
-    should their keys differ after all."""
-    first = held[0]
-    if len(held) == 1 or any(
-            data.keys() != first[0].keys() or episode.keys() != first[1].keys()
-            for data, episode in held):
-        return held
-    return [tuple(
-        {key: np.concatenate([pair[i][key] for pair in held])
-         for key in first[i]} for i in (0, 1))]
 
 
 # The server: `act` on run.actor_addr, next to the agent's control methods.

@@ -8,18 +8,11 @@ the process's control plane for the launcher.
         start Thread(parallel_learner, agent, link)   # trains, see learner.py
         wait; a failed thread ends the process with its exit code
 
-`AgentControl` holds the methods the launcher calls on the agent process:
-`status`, `pause`, `resume`, `drained`, `save`, `stop_learner`, `stop_envs`,
-`shutdown`. They are served on the same server as `act`, at
-`run.actor_addr`, because that one address is what the launcher, our env
-workers (also when started apart, `run.remote_envs`) and the original's env
-processes know: a second port would need a new address key for every
-launch that names its addresses, for no gain (each bound method has its own
-worker threads, so a control call never waits behind a batch of `act`). The actor thread
-opens that server after the barrier (the learner has restored) and calls
-`link.bind_control` before it starts, so the control methods are bound by
-this module and the actor binds only `act`.
-
+`AgentControl` holds the launcher's methods on the agent process. They are
+served on the actor's server at `run.actor_addr`, the one address the
+launcher, the env workers and the original's env processes all know (each
+bound method has its own threads, so a control call never waits behind
+`act`); the actor thread calls `link.bind_control` before it starts it.
 `AgentLink` (link.py) is what the threads share, each field with its lock.
 """
 
@@ -70,12 +63,10 @@ def parallel_agent(make_agent, args):
 
 
 class AgentControl:
-    """The agent process's control methods, for the launcher. Each method is
-    an RPC method of the same name, bound by `attach` on the actor's server.
-
-    They run on the server's threads and touch the actor and learner only
-    through `link` (under the locks it names) and the `act` method's queue.
-    """
+    """The agent process's control methods, for the launcher, bound by
+    `attach` on the actor's server. They run on the server's threads and
+    touch the actor and learner only through `link` (under the locks it
+    names) and the `act` method's queue."""
 
     RPC = {name: connections.LAUNCHER for name in (  # Who calls each.
         'status', 'pause', 'resume', 'drained', 'save', 'stop_learner',

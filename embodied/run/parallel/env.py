@@ -5,22 +5,24 @@
 Each worker steps `run.envs_per_worker` envs, sends their observations to the
 actor in one request and applies the actions of the reply; a stop reply ends
 it with 0. `parallel_env` and `parallel_envs` run workers apart from
-`combined` (on other machines); `specs` describes the workers of a launch for
-`envpool.EnvPool`, which restarts crashed ones. Errors a restart cannot fix
-end the worker with an exit code that says so (see `envpool`).
+`combined` (on other machines). `pool` restarts crashed workers
+(`rpc.supervisor.RestartingGroup`, `run.env_restarts`), except those that
+end with an error a restart cannot fix (`FATAL`: the errors below).
 
-A worker that loses the actor reconnects with back-off (`rpc.backoff`,
-one line per reason per run.wait_report). Workers of a separately started
-command give up after run.connect_timeout without the actor, from their
-start or from the loss: its main run has ended or never started (exit 69),
-or the actor refused this command's secret (exit 77); `parallel_envs` then
-ends with that code and one line saying why.
+A worker that loses the actor reconnects with back-off (`rpc.backoff`).
+Workers of a separately started command give up after run.connect_timeout
+without the actor, from their start or from the loss: its main run has
+ended or never started (exit 69), or the actor refused this command's
+secret (exit 77); `parallel_envs` then ends with that code and one line
+saying why.
 
 RPC methods called: actor `act` (one request per step of the worker's envs).
 """
 
+import dataclasses
 import functools
 import time
+from collections.abc import Callable
 
 import elements
 import numpy as np
@@ -28,11 +30,61 @@ import portal
 
 import embodied
 from embodied import rpc
-from embodied.run.parallel import envpool
+from embodied.rpc.supervisor import (
+    EXIT_BAD_INPUT, EXIT_ENV_INIT, EXIT_REFUSED, EXIT_UNREACHABLE)
 from embodied.run import arguments
 from embodied.run import learning
 from embodied.run import stopping
 from embodied.run import connections
+
+FATAL = (EXIT_ENV_INIT, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_REFUSED)
+# Exit codes of a worker that gave up on the actor, and why.
+NO_ACTOR = {
+    EXIT_UNREACHABLE: 'found no actor within run.connect_timeout',
+    EXIT_REFUSED: ('was refused by the actor: its run secret or its '
+                   'run.auth differs (see above)')}
+
+
+class EnvInitError(RuntimeError):
+    """An env could not be constructed."""
+
+    exitcode = EXIT_ENV_INIT
+
+
+class ActorUnreachable(ConnectionError):
+    """The actor did not accept the env worker within run.connect_timeout."""
+
+    exitcode = EXIT_UNREACHABLE
+
+
+class ActorRefused(ConnectionError):
+    """The actor refused the env worker's secret until run.connect_timeout."""
+
+    exitcode = EXIT_REFUSED
+
+
+class BadInput(ValueError):
+    """An observation or action that does not match its space."""
+
+    exitcode = EXIT_BAD_INPUT
+
+
+@dataclasses.dataclass
+class EnvWorkerSpec:
+    """A worker's name, the env ids it steps, and a factory of a fresh,
+    unstarted `rpc.Process` that runs it."""
+
+    name: str
+    envids: list
+    is_eval: bool
+    make: Callable
+
+
+def pool(specs, args, on_crash=None):
+    """The env workers of `specs`, restarted when they crash."""
+    return rpc.supervisor.RestartingGroup(
+        specs, args.env_restarts, on_crash, fatal=FATAL,
+        setting='run.env_restarts')
 
 
 @elements.timer.section('env')
@@ -46,29 +98,28 @@ def parallel_envs(make_env, make_env_eval, args):
     the actor tells them to stop, restarting crashed ones like `combined`
     does; for envs launched apart from `combined`."""
     args = arguments.normalize(args)
-    pool = envpool.EnvPool(
-        specs(connections.dumps(make_env), connections.dumps(make_env_eval),
-              args, separate=True),
-        args.env_restarts)
-    pool.start()
+    workers = pool(specs(
+        connections.dumps(make_env), connections.dumps(make_env_eval), args,
+        separate=True), args)
+    workers.start()
     with stopping.StopSignal() as stop:
         try:
             while not stop.requested:
                 try:
-                    pool.poll(done_ok=True)
+                    workers.poll(done_ok=True)
                 except rpc.WorkerFailed as e:
-                    if e.exitcode not in envpool.NO_ACTOR:
+                    if e.exitcode not in NO_ACTOR:
                         raise
                     # The worker printed why; one line for the command.
                     print(f'parallel_envs: ending with exit code '
                           f'{e.exitcode}: {e.name} '
-                          f'{envpool.NO_ACTOR[e.exitcode]}.', flush=True)
+                          f'{NO_ACTOR[e.exitcode]}.', flush=True)
                     raise SystemExit(e.exitcode) from None
-                if not pool.running() and not pool.restarting():
+                if not workers.running() and not workers.restarting():
                     break  # Every worker was told to stop.
                 time.sleep(0.1)
         finally:
-            pool.kill()
+            workers.kill()
     return 0
 
 
@@ -84,7 +135,7 @@ def specs(make_env_train, make_env_eval, args, separate=False):
         for i in range(0, len(envids), size):
             ids = envids[i:i + size]
             name = worker_name(ids)
-            result.append(envpool.EnvWorkerSpec(
+            result.append(EnvWorkerSpec(
                 name, ids, is_eval, functools.partial(
                     rpc.Process, run_worker, make, ids, args, is_eval,
                     separate, name=name)))
@@ -97,26 +148,21 @@ def worker_name(envids):
         f'-{envids[-1]:05}' if len(envids) > 1 else '')
 
 
-def batch_check(envs):
-    """`stack(obs)` for the obs of `envs`: stacked per key, and checked once
-    per worker step instead of once per env when every env checks its obs
-    (`wrappers.CheckSpaces`) against the same spaces."""
-    checks = [embodied.wrappers.find_check(env) for env in envs]
-    if all(checks) and all(
-            _same_spaces(check.obs_space, checks[0].obs_space)
-            for check in checks):
-        for check in checks:
-            check.check_obs = False
-        return checks[0].stack_obs
-    return lambda obs: {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+def stacker(envs):
+    """`stack(obs)` for the obs of `envs`, stacked per key and checked once
+    per worker step instead of once per env where the envs share their
+    spaces (`wrappers.shared_check`)."""
+    check = embodied.wrappers.shared_check(envs)
 
-
-def _same_spaces(spaces, others):
-    # `elements.Space.__eq__` returns a tuple, which is always true.
-    return spaces.keys() == others.keys() and all(
-        a.dtype == b.dtype and a.shape == b.shape and
-        np.array_equal(a.low, b.low) and np.array_equal(a.high, b.high)
-        for a, b in zip(spaces.values(), (others[k] for k in spaces)))
+    def stack(obs):
+        try:  # np.array stacks like np.stack, at a fraction of its overhead.
+            batch = {k: np.array([o[k] for o in obs]) for k in obs[0]}
+        except Exception:
+            batch = None  # Named by the check, or raised by np.stack.
+        if check:
+            check.check_stacked(obs, batch)
+        return batch or {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+    return stack
 
 
 def run_worker(make_env, envids, args, is_eval, separate=False):
@@ -133,10 +179,10 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
     except Exception as e:
         for env in envs:
             env.close()
-        raise envpool.EnvInitError(
+        raise EnvInitError(
             f'Env {envid} failed in its constructor: '
             f'{type(e).__name__}: {e}') from e
-    stack = batch_check(envs)
+    stack = stacker(envs)
     fixed = {
         'envid': np.asarray(envids, np.int32),
         'is_eval': np.full(len(envids), bool(is_eval))}
@@ -162,37 +208,34 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
                 report_every=args.wait_report,
                 handshake=connections.handshake(args), backoff=backoff)
         except rpc.Refused as e:
-            raise envpool.ActorRefused(str(e)) from None
+            raise ActorRefused(str(e)) from None
         except rpc.Unreachable as e:
             if separate:
                 when = 'since it was lost' if lost else 'since this start'
                 e = (f'[{name}] No actor at {args.actor_addr} for {timeout} s '
                      f'{when} (run.connect_timeout): the main run has ended '
                      f'or never started. Exiting.')
-            raise envpool.ActorUnreachable(str(e)) from None
+            raise ActorUnreachable(str(e)) from None
 
     def reset_actions():
-        acts = []
-        for env in envs:
-            act = {k: v.sample() for k, v in env.act_space.items()}
-            act['reset'] = True
-            acts.append(act)
-        return acts
+        return [{**{k: v.sample() for k, v in env.act_space.items()},
+                 'reset': True} for env in envs]
 
     def step(envid, env, act):
         try:
             return env.step(act)
         except embodied.wrappers.SpaceError as e:
-            raise envpool.BadInput(f'Env {envid}: {e}') from None
+            raise BadInput(f'Env {envid}: {e}') from None
+
+    waiting = (f'[{name}] Waiting for actions from the actor at '
+               f'{args.actor_addr}')
 
     def request(batch):
         try:
             return actor.call(
-                'act', batch, report_every=args.wait_report, report=(
-                    f'[{name}] Waiting for actions from the actor at '
-                    f'{args.actor_addr}'))
+                'act', batch, report_every=args.wait_report, report=waiting)
         except rpc.BadRequest as e:
-            raise envpool.BadInput(f'Envs {envids}: {e}') from None
+            raise BadInput(f'Envs {envids}: {e}') from None
 
     actor = None
     try:
@@ -208,7 +251,7 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
             try:
                 batch = stack(obs)
             except embodied.wrappers.BatchSpaceError as e:
-                raise envpool.BadInput(f'Env {envids[e.index]}: {e}') from None
+                raise BadInput(f'Env {envids[e.index]}: {e}') from None
             batch.update(fixed)
             fps.step(len(envs))
             try:
@@ -233,16 +276,12 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
             if logger and should_log():
                 logger.add({'fps/env': fps.result(),
                             **learning.timer_metrics('timer/env')})
-    except rpc.Unreachable as e:  # Refused included: only its logger's.
-        if not separate:
+    except (rpc.Unreachable, ActorRefused, ActorUnreachable) as e:
+        if not separate:  # rpc.Unreachable (or Refused): its logger's.
             raise
         print(e, flush=True)  # A line, not a traceback: nothing failed here.
-        raise SystemExit(rpc.supervisor.exit_code(e)) from None
-    except (envpool.ActorRefused, envpool.ActorUnreachable) as e:
-        if not separate:
-            raise
-        print(e, flush=True)
-        raise SystemExit(e.exitcode) from None
+        raise SystemExit(getattr(e, 'exitcode', None) or (
+            rpc.supervisor.exit_code(e))) from None
     finally:
         actor and actor.close(1)
         logger and logger.close(1)

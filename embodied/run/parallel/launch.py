@@ -9,29 +9,18 @@
         stop: drain, stop the learner, release the replay, final save,
               stop the envs, shut the roles down; every worker exits 0
 
-Saves and the stop follow the protocol in `save_and_stop.py`.
-
-Faults: crashed env workers restart (`envpool`, `run.env_restarts`). An env
-error a restart cannot fix stops the run in order with a save, then
-`combined` raises `rpc.WorkerFailed` naming the worker and its error. When
-the agent, replay or logger dies, the others save under the last step and
-everything is killed (`_salvage`).
-
-Peers (`rpc.auth`, with run.auth): the launcher makes the run's secret (or
-takes run.secret / EMBODIED_SECRET, or with roles started as separate
-commands the logdir's secret file), hands its workers the data token only,
-and alone holds the control token its own clients open with.
-
-Signals: SIGTERM, however often and to however many processes of the run,
-asks for a stop after the current step with a final save; workers ignore
-SIGTERM and SIGINT (`core.signals`); a second SIGINT aborts.
+Saves and the stop follow `save_and_stop.py`. Crashed env workers restart
+(`env.pool`); an env error a restart cannot fix stops the run in order with
+a save, then raises `rpc.WorkerFailed` naming the worker. With run.auth the
+launcher hands its workers the data token only and alone holds the control
+token (`rpc.auth`, `remote_roles.credentials`). SIGTERM to any process of
+the run asks for a stop with a final save (workers ignore it and SIGINT).
 
 RPC methods called here: actor `status`; replay `status`, `shutdown`;
 logger `status`, `abandon`; and those of `save_and_stop.py`.
 """
 
 import multiprocessing
-import os
 import sys
 import time
 
@@ -46,7 +35,6 @@ from embodied.run import stopping
 from embodied.run import validation
 from embodied.run import connections
 from embodied.run.parallel import env
-from embodied.run.parallel import envpool
 from embodied.run.parallel import remote_roles
 from embodied.run.parallel import save_and_stop
 from embodied.run.parallel.agent_process import parallel_agent
@@ -54,7 +42,6 @@ from embodied.run.parallel.logger_server import parallel_logger
 from embodied.run.parallel.replay_server import parallel_replay
 
 ADDR_KEYS = ('actor_addr', 'replay_addr', 'logger_addr')
-
 PORT_ATTEMPTS = 3
 
 
@@ -63,16 +50,9 @@ def combined(
         make_agent, make_replay_train, make_replay_eval, make_env_train,
         make_env_eval, make_stream, make_logger, args):
     """Runs the whole training launch until it stops; see the module doc.
-
-    Every worker is a spawned process, which imports the script that called
-    `combined` again (as `__mp_main__`). A script must therefore call it
-    under a guard, or each worker would start a launch of its own:
-
-        if __name__ == '__main__':
-            combined(...)
-
-    Without the guard, the workers end at once with an error saying so.
-    """
+    Workers are spawned and import the calling script again, so a script
+    calls `combined` under `if __name__ == '__main__':` (without the guard,
+    the workers end at once with an error saying so)."""
     _refuse_in_spawned_worker()
     args = arguments.normalize(args)
     validation.check_parallel(args)
@@ -82,7 +62,7 @@ def combined(
         env_eval=make_env_eval, stream=make_stream, logger=make_logger)
     factories = {k: connections.dumps(v) for k, v in factories.items()}
     origin = remote_roles.secret_origin(args)
-    creds = _credentials(args)
+    creds = remote_roles.credentials(args, origin)
     for line in remote_roles.start_lines(args, origin):
         print(line, flush=True)
     if creds:  # The workers get the data token, never the control token.
@@ -107,23 +87,6 @@ def combined(
             print(f'{e} Retrying with other ports.', flush=True)
 
 
-
-def _credentials(args):
-    """The launch's credentials (see `rpc.auth`), None with run.auth False:
-    from run.secret or EMBODIED_SECRET when given; else a new secret for
-    this launch, or with roles started as separate commands the one in the
-    logdir that they read too."""
-    if not args.auth:
-        return None
-    secret = args.secret or os.environ.get(rpc.auth.ENV_VAR)
-    if not secret:
-        if args.remote_envs or args.remote_replay or args.replicas > 1:
-            secret = rpc.auth.secret_file(args.logdir)
-        else:
-            secret = rpc.auth.new_secret()
-    return rpc.auth.Credentials.decode(secret)
-
-
 def _refuse_in_spawned_worker():
     # True while a spawned child imports its parent's script (the flag that
     # multiprocessing's own bootstrapping check reads).
@@ -137,19 +100,14 @@ def _refuse_in_spawned_worker():
 
 
 class _Launch(save_and_stop.SaveAndStop):
-    """The workers of one `combined` launch and the decisions about them.
-
-    The agent, logger and replay are in `group`; any of them ending ends the
-    run (the roles still alive save first, see `_salvage`). Env workers are
-    in `envs`, which restarts crashed ones; an env error that a restart
-    cannot fix ends the run after a full coordinated save (`_stop`).
-    """
+    """The workers of one `combined` launch and the decisions about them:
+    the agent, logger and replay in `group`, whose end ends the run (the
+    roles still alive save first, `_salvage`); env workers in `envs`."""
 
     def __init__(self, factories, args, handshake=None, secret_origin=None):
         self.args = args
         self.secret_origin = secret_origin  # See `remote_roles.secret_origin`.
         self.handshake = handshake  # The control token's, with run.auth.
-        self.factories = factories
         self.group = rpc.Supervisor()
         f = factories
         agent_cls = rpc.Process if args.agent_process else rpc.Thread
@@ -163,8 +121,7 @@ class _Launch(save_and_stop.SaveAndStop):
         specs = []
         if not args.remote_envs:
             specs = env.specs(f['env_train'], f['env_eval'], args)
-        self.envs = envpool.EnvPool(
-            specs, args.env_restarts, on_crash=self._env_crashed)
+        self.envs = env.pool(specs, args, on_crash=self._env_crashed)
         self.clients = {}
         self.may_exit = ()  # Workers that may end with 0 (while stopping).
         self.progress = progress.Progress(args)
@@ -183,7 +140,7 @@ class _Launch(save_and_stop.SaveAndStop):
                 self.envs.start()
                 self._print_workers()
                 try:
-                    self._connect(start)
+                    self._connect()
                     reason = self._loop(start, signal)
                 except Exception as e:
                     self._fail(e)
@@ -204,11 +161,9 @@ class _Launch(save_and_stop.SaveAndStop):
                 client.close(1)
 
     def _print_workers(self):
-        parts = []
-        for worker in self.group.workers + self.envs.workers:
-            pid = getattr(worker, 'pid', None)
-            parts.append(f'{worker.name} (pid {pid})' if pid else
-                         f'{worker.name} (thread)')
+        parts = [f'{w.name} (pid {w.pid})' if getattr(w, 'pid', None) else
+                 f'{w.name} (thread)'
+                 for w in self.group.workers + self.envs.workers]
         print(f'Workers: {", ".join(parts)}.', flush=True)
 
     def _check(self):
@@ -219,60 +174,39 @@ class _Launch(save_and_stop.SaveAndStop):
 
     def _env_crashed(self, spec, exitcode, error):
         client = self.clients.get('logger')
-        if client is None:
-            return
-        try:
-            client.call('abandon', list(spec.envids)).result(timeout=10)
-        except Exception as e:
-            print(f'Could not tell the logger to drop the episodes of '
-                  f'{spec.name}: {type(e).__name__}: {e}', flush=True)
+        if client is not None:
+            self._try(lambda: client.call('abandon', list(spec.envids)).result(
+                timeout=10), f'Could not tell the logger to drop the episodes '
+                f'of {spec.name}')
 
     def _shutdown_remote(self):
         """Best effort: tells a separately launched replay to exit too."""
-        client = self.clients.get('replay')
-        if self.args.remote_replay and client and client.connected:
-            try:
-                client.call('shutdown').result(timeout=2)
-            except Exception:
-                pass
+        if self.args.remote_replay:
+            self._try_call('replay', 'shutdown', timeout=2)
 
-    def _connect(self, start):
+    def _connect(self):
         """Connects to every role. A remote role not up within
-        run.connect_timeout of when the launcher starts waiting for it ends
-        the run naming its address; a role this launch started has no limit
-        (`_check` ends the run if it dies), so a busy machine or a long
-        compile is no error."""
+        run.connect_timeout ends the run naming its address; a role this
+        launch started has no limit (`_check` ends the run if it dies), so
+        a busy machine or a long compile is no error."""
         for role in ('logger', 'replay', 'actor'):
             timeout = connections.connect_timeout(self.args, role)
             addr = self.args[f'{role}_addr']
-            options = {'handshake': self.handshake} if self.handshake else {}
-            client = rpc.Client(
-                rpc.addresses.client_addr(addr, connections.ipv6(self.args)),
-                f'Launcher{role.title()}', logging=False, **options)
-            begin = time.monotonic()
-            next_report = begin + self.args.wait_report
-            while not client.connect(0.2):
-                self._check()
-                now = time.monotonic()
-                if timeout is not None and now - begin > timeout:
-                    client.close(1)
-                    if client.socket.refusal:
-                        hint = remote_roles.secret_hint(
-                            self.args, self.secret_origin)
-                        raise rpc.Refused(
-                            f'The {role} at {addr} kept refusing this '
-                            f'command\'s run secret for {timeout} s '
-                            f'(run.connect_timeout); start it with this '
-                            f'run\'s secret: {hint}.')
-                    raise rpc.Unreachable(
-                        f'The {role} at {addr} did not come up within '
-                        f'{timeout} s (run.connect_timeout).')
-                if now >= next_report and not client.socket.refusal:
-                    next_report = now + self.args.wait_report
-                    print(f'Launcher: waiting for the {role} at {addr} for '
-                          f'{now - begin:.0f} s '
-                          f'({rpc.client.wait_limit(timeout)}).', flush=True)
-            self.clients[role] = client
+            try:
+                self.clients[role] = rpc.connect(
+                    addr, f'Launcher{role.title()}', timeout,
+                    connections.ipv6(self.args), self.args.wait_report,
+                    check=self._check, handshake=self.handshake)
+            except rpc.Refused:
+                hint = remote_roles.secret_hint(self.args, self.secret_origin)
+                raise rpc.Refused(
+                    f'The {role} at {addr} kept refusing this command\'s run '
+                    f'secret for {timeout} s (run.connect_timeout); start it '
+                    f'with this run\'s secret: {hint}.') from None
+            except rpc.Unreachable:
+                raise rpc.Unreachable(
+                    f'The {role} at {addr} did not come up within {timeout} '
+                    f's (run.connect_timeout).') from None
 
     def _call(self, role, method, *args, timeout=None):
         future = self.clients[role].call(method, *args)

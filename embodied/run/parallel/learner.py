@@ -14,7 +14,7 @@
                               steps, logger.replica_steps; also at the start
                               and at the end)
 
-Batches arrive through `RemoteStream`s, prefetched; train batches through
+Batches arrive through `batch_stream`s, prefetched; train batches through
 shared memory when the replay is on this machine (`rpc.channel`). Saves come
 from the launcher through the agent's control (`AgentControl.save`, on a
 server thread), under `link.train_lock`.
@@ -25,16 +25,17 @@ RPC methods called: replay `sample_batch_train`, `sample_batch_report`,
 """
 
 import collections
+import functools
 import time
 
 import elements
 
 import embodied
+from embodied import rpc
 from embodied.run import arguments
 from embodied.run import learning
 from embodied.run import saving
 from embodied.run import connections
-from embodied.run.parallel import remote_stream
 from embodied.run.parallel.link import link_of
 from embodied.run.learning import prefix
 
@@ -88,10 +89,8 @@ def parallel_learner(agent, barrier, args):
 
     names = ('train', 'report', 'eval') if args.eval_envs else (
         'train', 'report')
-    sources = {source: remote_stream.RemoteStream(
-        args, source, stop, link.count,
-        shared=(source == 'train' and args.shared_batches))
-        for source in names}
+    sources = {source: batch_stream(args, source, stop, link.count)
+               for source in names}
 
     def evaluate(stream):
         carry = agent.init_report(args.batch_size)  # Fresh, as the original.
@@ -200,3 +199,32 @@ def parallel_learner(agent, barrier, args):
             stream.close()
     return 0
 
+
+def batch_stream(args, source, stop, count, prefetch=4):
+    """The replay's `sample_batch_<source>` batches (`rpc.channel`),
+    `prefetch` requests ahead; train batches through shared memory with
+    run.shared_batches. Ends when `stop` is set or the replay shuts down.
+    `count(key, amount)` adds to the learner's counters (`AgentLink.count`)."""
+    client = connections.connect(
+        args, 'replay', f'LearnerReplay{source.title()}')
+    consumer = rpc.channel.Consumer(
+        functools.partial(client.call, f'sample_batch_{source}'),
+        f'Learner: {source} batches', source == 'train' and
+        args.shared_batches, prefetch,
+        on_shared=functools.partial(count, f'{source}_shared_batches'),
+        peer=args.replay_addr)
+
+    def wait(future):
+        start = time.monotonic()
+        with elements.timer.section(f'stream_{source}_response'):
+            data = rpc.result(
+                future, stop, report_every=args.wait_report, report=lambda: (
+                    f'Learner: waiting for a {source} batch from the replay '
+                    f'at {args.replay_addr} ({stream.received} received so '
+                    f'far; the replay reports its limiter and fill state '
+                    f'while it waits)'))
+        count(f'{source}_wait_seconds', time.monotonic() - start)
+        return data
+
+    stream = rpc.channel.BatchStream(consumer, wait, client)
+    return stream

@@ -11,10 +11,7 @@ _new = lambda cls: dataclasses.field(default_factory=cls)
 @dataclasses.dataclass(eq=False)
 class AgentLink:
     """The state the actor thread, the learner thread and the agent's control
-    methods (`agent.AgentControl`) share. Beside each field: what guards it.
-
-    `parallel_agent` makes one; the original's callers pass a plain
-    `threading.Barrier` as `barrier`, and `link_of` attaches one to it."""
+    methods (`AgentControl`) share; beside each field, what guards it."""
 
     # Synchronises itself. The actor collects no data before the learner
     # restored the agent.

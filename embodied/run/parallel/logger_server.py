@@ -8,10 +8,8 @@
                         step written is their sum; returns this replica's
     every run.log_every: write aggregated metrics (jsonl, terminal, ...)
 
-The step is the number of train env steps; the launcher reads it (`status`)
-to decide `run.steps` and to tag every save.
-
-RPC methods served: `LoggerRole.RPC`.
+The step (train env steps) is what the launcher reads (`status`) to decide
+`run.steps` and to tag every save. RPC methods served: `LoggerRole.RPC`.
 """
 
 import collections
@@ -31,15 +29,8 @@ from embodied.run import connections
 class LoggerRole:
     """The logger process's logic; each RPC method is a method of the same
     name. Owns the global step (`logger.step`) and the episode statistics.
-
-        role = LoggerRole(logger, args)
-        role.tran(transitions)   # from the actor
-        role.add(metrics)        # from the learner and the replay
-        role.write()             # every run.log_every
-
     Methods run on the server's threads; everything they touch is under
-    `lock`. `checkpoint` must be set before `save` is called.
-    """
+    `lock`. `checkpoint` must be set before `save` is called."""
 
     RPC = {  # Its RPC methods: who calls each.
         'tran': 'actor', 'add': 'learner, replay',

@@ -1,12 +1,7 @@
-"""Roles started as separate commands: the command that starts one, where
-its secret comes from, and the launcher's word when none arrived.
-
-    remote_roles.start_lines(args, origin)      # printed once at the start
-    remote_roles.no_envs_message(args, status)  # no env worker came
-
-The command is this command's own line with `--script` replaced and the
-`run.remote_*` flags dropped, so every address and config flag matches.
-"""
+"""Roles started as separate commands: the command that starts one (this
+command's own line with `--script` replaced and the `run.remote_*` flags
+dropped, so every address and config flag matches), where the run's secret
+comes from, and the launcher's word when no env worker arrived."""
 
 import os
 import shlex
@@ -19,17 +14,29 @@ _DROPPED = ('--run.remote_envs', '--run.remote_replay')
 
 
 def secret_origin(args):
-    """Where the launch's secret comes from: 'flag', 'env', 'file' or
-    'new' (a secret of this launch alone), None with run.auth False."""
+    """Where the launch's secret comes from: 'flag', 'env', 'file' (the
+    logdir's, which roles started as separate commands and other replicas
+    read too) or 'new' (this launch's alone); None with run.auth False."""
     if not args.auth:
         return None
     if args.secret:
         return 'flag'
     if os.environ.get(auth.ENV_VAR):
         return 'env'
-    if args.remote_envs or args.remote_replay:
+    if args.remote_envs or args.remote_replay or args.replicas > 1:
         return 'file'
     return 'new'
+
+
+def credentials(args, origin):
+    """The launch's credentials (see `rpc.auth`) from its secret's
+    `origin`; None with run.auth False."""
+    if origin is None:
+        return None
+    return auth.Credentials.decode(
+        args.secret or os.environ.get(auth.ENV_VAR) or (
+            auth.secret_file(args.logdir) if origin == 'file' else
+            auth.new_secret()))
 
 
 def secret_hint(args, origin):
@@ -51,27 +58,19 @@ def command(script, argv=None):
     None when this process was not started from a command line with a
     `--script` flag (e.g. `combined` called from Python)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    flags = []
-    found = False
-    skip = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
+    flags, found = [], False
+    while argv:
+        arg = argv.pop(0)
         name = arg.split('=', 1)[0]
-        if name in _DROPPED:
-            skip = '=' not in arg
-            continue
-        if name == '--script':
-            found = True
-            flags.append('--script')
-            flags.append(script)
-            skip = '=' not in arg
+        if name in _DROPPED or name == '--script':
+            if '=' not in arg and argv:
+                argv.pop(0)  # Its value.
+            if name == '--script':
+                found = True
+                flags += ['--script', script]
             continue
         flags.append(arg)
-    if not found:
-        return None
-    return shlex.join(['python', *program(), *flags])
+    return shlex.join(['python', *program(), *flags]) if found else None
 
 
 def program():

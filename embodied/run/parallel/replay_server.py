@@ -1,31 +1,15 @@
 """The replay process: serves the train and eval replays and enforces the
-train ratio with a samples-per-insert limiter.
-
-    ReplayRole, one method per RPC method:
-    add_batch(transitions)      eval rows -> eval replay; train rows are
-                                inserted as far as the limiter allows, the
-                                rest waits (limiter.want_insert)
-    sample_batch_train(slots?)  waits for the limiter (want_sample), then a
-                                batch; into the learner's shared-memory
-                                slots when it names some (`rpc.channel`)
-    sample_batch_report / sample_batch_eval   a batch once the replay has data
-    update(replay context from agent.train)
+train ratio with a samples-per-insert limiter (`ReplayRole`).
 
 Limiter: `samples_per_insert = run.train_ratio / batch_length`, tolerance
 `4 * batch_size`, minimum size `batch_size * replay length`. Waits wake on
 every insert, sample and release, and report after `run.wait_report` s.
 
-RPC methods served: `ReplayRole.RPC`: the above, and for the launcher
-`status`, `save`, `drain` (while a save drains the actor, inserts skip the
-limiter, so that transitions on their way arrive without waiting for the
-learner), `release` (waits end: the run is stopping), `shutdown`.
-RPC methods called: logger `add` (replay metrics).
+RPC methods served: `ReplayRole.RPC`. Called: logger `add` (replay metrics).
 
-Started as its own command (`--script parallel_replay`), the replay gives
-up on a logger (the main run) it cannot reach, or that refuses its secret,
-for run.connect_timeout, at the start or later: it prints why and exits
-with 69 (unreachable) or 77 (refused). A main run that stops in order calls
-`shutdown` first, and the replay exits 0.
+Started as its own command (`--script parallel_replay`), the replay exits
+with 69 (unreachable) or 77 (refused) when it cannot reach the logger (the
+main run) for run.connect_timeout, and with 0 on the main run's `shutdown`.
 """
 
 import collections
@@ -40,6 +24,7 @@ import numpy as np
 import embodied
 from embodied import rpc
 from embodied.core import limiters
+from embodied.core import replay as replaylib
 from embodied.run import arguments
 from embodied.run import replay_files
 from embodied.run import learning
@@ -50,17 +35,9 @@ from embodied.run.learning import prefix
 
 class ReplayRole:
     """The replay process's logic; each RPC method is a method of the same
-    name. Holds the train and eval replays and the limiter.
-
-        role = ReplayRole(replay_train, replay_eval, make_stream, args)
-        role.add_batch(transitions)         # from the actor
-        batch = role.sample_batch_train()   # from the learner
-
-    Methods run on the server's threads, one per method at a time: inserts,
-    updates and saves exclude each other under `lock`; limiter waits wake
-    on `changed`; `release()` ends every wait (the run is stopping).
-    `checkpoint` must be set before `save` is called.
-    """
+    name. Methods run on the server's threads, one per method at a time:
+    inserts, updates and saves exclude each other under `lock`; limiter
+    waits wake on `changed`. `checkpoint` must be set before `save`."""
 
     RPC = {  # Its RPC methods: who calls each.
         'add_batch': 'actor', 'sample_batch_train': 'learner',
@@ -115,7 +92,7 @@ class ReplayRole:
         if is_eval.any():
             rows = np.flatnonzero(is_eval)
             with self.lock:
-                add_rows(self.replay_eval,
+                replaylib.add_rows(self.replay_eval,
                          {k: v[rows] for k, v in data.items()},
                          envids[rows].tolist())
             self._notify()
@@ -147,7 +124,7 @@ class ReplayRole:
                     stop = done + limiter.try_insert(rest)
                 counts['inserts_after_minsize'] += max(
                     0, limiter.size - max(before, limiter.minsize))
-                add_rows(replay_train,
+                replaylib.add_rows(replay_train,
                          {k: v[done:stop] for k, v in data.items()},
                          envids[done:stop])
             counts['inserts'] += stop - done
@@ -206,11 +183,8 @@ class ReplayRole:
         """While on (a save drains the actor), inserts skip the limiter:
         the rows on their way arrive at once, not as the learner makes room
         (the limiter still counts them, so the ratio holds over time)."""
-        if on:
-            self.draining.set()
-            self._notify()
-        else:
-            self.draining.clear()
+        (self.draining.set if on else self.draining.clear)()
+        self._notify()
         return bool(on)
 
     def release(self):
@@ -228,13 +202,12 @@ class ReplayRole:
         with self.sums_lock:
             sums, self.sums = self.sums, {}
         stats.update(prefix(sums, 'limiter'))
-        logged = self.logged
-        inserts = current.get('inserts', 0.0) - logged['inserts']
-        waits = current.get('insert_waits', 0.0) - logged['insert_waits']
-        if inserts:
-            stats['limiter/insert_wait_frac'] = waits / inserts
-        logged.update(inserts=current.get('inserts', 0.0),
-                      insert_waits=current.get('insert_waits', 0.0))
+        now = {key: current.get(key, 0.0) for key in self.logged}
+        if now['inserts'] != self.logged['inserts']:
+            stats['limiter/insert_wait_frac'] = (
+                now['insert_waits'] - self.logged['insert_waits']) / (
+                now['inserts'] - self.logged['inserts'])
+        self.logged = now
         stats['limiter/train_ratio'] = current['train_ratio']
         for key in ('inserts', 'eval_inserts', 'samples'):
             stats[f'parallel_replay/{key}'] = current.get(key, 0.0)
@@ -306,9 +279,8 @@ class ReplayRole:
         self._wait_sum('sample_wait_dur', waited)
         counts['sample_wait_seconds'] += waited
         counts['samples'] += self.batch_size
-        if sample is None:
-            return next(self.stream_train)  # The replay is thread-safe.
-        return sample()
+        # The replay is thread-safe.
+        return sample() if sample else next(self.stream_train)
 
     def _wait_sum(self, key, seconds):
         # Summed here and read by `metrics`: an `elements.Agg.add` per batch
@@ -389,13 +361,3 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         role.channel.close()
         logger.close(1)
     return 0
-
-
-def add_rows(replay, data, envids):
-    """Adds row i of `data` as a step of env `envids[i]`, in one call when
-    the replay has `add_batch` (a replay of the caller's own may not)."""
-    if hasattr(replay, 'add_batch'):
-        return replay.add_batch(data, envids)
-    for i, envid in enumerate(envids):
-        replay.add({k: v[i] for k, v in data.items()}, envid)
-

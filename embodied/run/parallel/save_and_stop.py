@@ -1,19 +1,14 @@
 """The launcher's save and stop protocol, one step at a time over RPC.
 
 A save pauses the actor and waits until every transition it produced is in
-the replay and the logger (the learner keeps training meanwhile, so limiter
-waits drain), reads the logger's step, and has the agent, replay (with the
-limiter) and logger save under that step as their checkpoint tag. On start
-each role loads the newest tag that all three hold completely.
-
-A stop drains while the learner still samples, stops the learner, releases
-the replay (inserts left skip the limiter), saves a last time, then ends
-the env workers, the agent, the replay and the logger, in that order; every
-worker exits 0.
-
-When the agent, replay or logger dies, the roles still alive save under the
-last step (`_salvage`); an env error a restart cannot fix stops the run in
-order with a save first (`_fail`).
+the replay and the logger (the learner trains on, so limiter waits drain),
+then has the agent, replay (with the limiter) and logger save under the
+logger's step as their tag; each role resumes from the newest tag that all
+three hold completely. A stop drains while the learner still samples, stops
+the learner, releases the replay, saves a last time, then ends the env
+workers, the agent, the replay and the logger, in that order. When the
+agent, replay or logger dies, the roles still alive save under the last
+step (`_salvage`).
 
 RPC methods called: actor `pause`, `resume`, `drained`, `status`, `save`,
 `stop_learner`, `stop_envs`, `shutdown`; replay `status`, `drain`, `save`,
@@ -48,11 +43,9 @@ class SaveAndStop:
         if error.name in self.envs.names and len(self.clients) == 3:
             # Agent, replay and logger are fine: stop as usual, then fail.
             self.envs.stopping()
-            try:
-                self._stop(f'Env worker {error.name} failed', failed=True)
-            except Exception as e:
-                print(f'Could not save and stop in order: '
-                      f'{type(e).__name__}: {e}', flush=True)
+            self._try(lambda: self._stop(
+                f'Env worker {error.name} failed', failed=True),
+                'Could not save and stop in order')
             return
         self._salvage(error)
 
@@ -68,11 +61,8 @@ class SaveAndStop:
             return
         step = self.step
         if 'logger' in alive:
-            try:
-                step = int(self.clients['logger'].call('status').result(
-                    timeout=5)['step'])
-            except Exception:
-                pass
+            step = self._try(lambda: int(self.clients['logger'].call(
+                'status').result(timeout=5)['step'])) or step
         print(f'Saving what is left at step {step}: {", ".join(alive)}.',
               flush=True)
         if 'actor' in alive:
@@ -99,12 +89,16 @@ class SaveAndStop:
         for role, method in (('actor', 'stop_learner'),
                              ('actor', 'stop_envs')):
             self._try_call(role, method)
-        if self.envs.wait(10):
-            self.envs.kill()
+        self._wait_or_kill(self.envs, 10, 'env workers')
         for role in ('actor', 'replay', 'logger'):
             self._try_call(role, 'shutdown')
-        if self.group.wait(15):
-            self.group.kill()
+        self._wait_or_kill(self.group, 15, 'workers')
+
+    def _wait_or_kill(self, group, timeout, what):
+        left = group.wait(timeout)
+        if left:
+            print(f'Killing {what} that did not exit: {left}', flush=True)
+            group.kill()
 
     def _try_call(self, role, method, timeout=5):
         client = self.clients.get(role)
@@ -195,10 +189,7 @@ class SaveAndStop:
         print(f'[Summary] {summary}', flush=True)
         self.may_exit = [w.name for w in self.group.workers]
         self._call('actor', 'stop_envs')
-        left = self.envs.wait(10)
-        if left:
-            print(f'Killing env workers that did not exit: {left}', flush=True)
-            self.envs.kill()
+        self._wait_or_kill(self.envs, 10, 'env workers')
         self._shutdown('actor')
         agent = self.group.workers[0]
         deadline = time.monotonic() + 10
@@ -206,10 +197,7 @@ class SaveAndStop:
             time.sleep(0.05)
         self._shutdown('replay')
         self._shutdown('logger')
-        left = self.group.wait(15)
-        if left:
-            print(f'Killing workers that did not exit: {left}', flush=True)
-            self.group.kill()
+        self._wait_or_kill(self.group, 15, 'workers')
         self.group.check(expected=[w.name for w in self.group.workers])
         if not failed:
             for name, code in self.envs.failed():

@@ -161,19 +161,18 @@ def test_env_worker_constructor_error_is_not_restarted():
     from embodied import rpc
     from embodied.run import arguments
     from embodied.run.parallel import env as env_workers
-    from embodied.run.parallel import envpool
 
     args = arguments.with_defaults(elements.Config(
         actor_addr='localhost:1', logger_addr='localhost:{auto}',
         log_every=1, connect_timeout=1))
-    with pytest.raises(envpool.EnvInitError, match='Env 3 failed in its '
+    with pytest.raises(env_workers.EnvInitError, match='Env 3 failed in its '
                        'constructor: RuntimeError: no env 3 today') as e:
         env_workers.run_worker(_failing_env, [3], args, False)
     assert e.value.exitcode == rpc.supervisor.EXIT_ENV_INIT
 
-    spec = envpool.EnvWorkerSpec('Env00003', [3], False, lambda: rpc.Process(
+    spec = env_workers.EnvWorkerSpec('Env00003', [3], False, lambda: rpc.Process(
         _exit_with, rpc.supervisor.EXIT_ENV_INIT, name='Env00003'))
-    pool = envpool.EnvPool([spec], max_restarts=5)
+    pool = env_workers.pool([spec], args.update(env_restarts=5))
     pool.start()
     try:
         with pytest.raises(rpc.WorkerFailed, match='failed in the constructor'):
@@ -182,30 +181,6 @@ def test_env_worker_constructor_error_is_not_restarted():
                 pool.poll()
                 time.sleep(0.05)
         assert pool.restarts == 0
-    finally:
-        pool.kill()
-
-
-def test_env_pool_restarts_with_backoff_then_fails():
-    from embodied import rpc
-    from embodied.run.parallel import envpool
-
-    crashes = []
-    spec = envpool.EnvWorkerSpec('Env00000', [0], False, lambda: rpc.Process(
-        _exit_with, 3, name='Env00000'))
-    pool = envpool.EnvPool(
-        [spec], max_restarts=2, backoff=0.05,
-        on_crash=lambda spec, code, error: crashes.append(code))
-    pool.start()
-    try:
-        with pytest.raises(rpc.WorkerFailed, match=r'crashed 3 times, more '
-                           r'than run.env_restarts \(2\) allows'):
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                pool.poll()
-                time.sleep(0.02)
-        assert crashes == [3, 3]
-        assert pool.restarts == 2
     finally:
         pool.kill()
 

@@ -3,10 +3,11 @@ on joined, a full hold makes `put` wait, closing ends a wait."""
 
 import threading
 
+import numpy as np
 import pytest
 from portal import futures
 
-from embodied.rpc.coalesce import CoalescingSender
+from embodied.rpc.channel import CoalescingSender, concat_rows
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,3 +79,14 @@ def test_flush_counts_arrived_sends_as_gone_and_errors_surface():
     peer.pending[-1].set_error(ValueError('bad key'))
     with pytest.raises(ValueError, match='bad key'):
         sender.settle()
+
+
+def test_concat_rows_joins_items_of_the_same_keys_only():
+    one = ({'x': np.zeros(2), 'y': np.ones(2)}, {'z': np.arange(2)})
+    two = ({'x': np.ones(1), 'y': np.ones(1)}, {'z': np.arange(1)})
+    joined, = concat_rows([one, two])
+    assert joined[0]['x'].tolist() == [0, 0, 1]
+    assert joined[1]['z'].tolist() == [0, 1, 0]
+    other = ({'x': np.ones(1)}, {'z': np.arange(1)})
+    assert concat_rows([one, other]) == [one, other]  # Kept apart.
+    assert concat_rows([one]) == [one]

@@ -1,4 +1,5 @@
-"""Shared-memory slots between the learner and the replay (`rpc.slots`)."""
+"""The shared-memory slots of the batch channel (`rpc.channel`): `SlotRing`
+and `SlotWriter`."""
 
 import errno
 import gc
@@ -9,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from embodied.rpc import slots
+from embodied.rpc import channel as slots
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir(slots.SHM_DIR), reason=f'no {slots.SHM_DIR}')
