@@ -5,10 +5,10 @@ faults a night brings.
     python -m embodied.perf.soak --minutes 2 --agent testing --save_every 10 \\
         --kill_every 25 --term_every 50 --tree_kill_at 80 --window 30
 
-Runs `--script parallel` (DreamerV3 `debug` by default, `dummy_disc`, every
-server on loopback with `{auto}` ports, the flags of `embodied.perf.faults`
-with `--run.envs 4`, `--run.log_every 10` and a replay of `--replay_size`
-steps) in one logdir for the whole duration, saving every `--save_every`
+Runs `--script parallel` (DreamerV3 `debug` by default on the default
+task, `cartpole_balance`; every server on loopback with `{auto}` ports, the
+flags of `embodied.perf.faults` with `--run.envs 4`, `--run.log_every 10`
+and a replay of `--replay_size` steps) in one logdir for the whole duration, saving every `--save_every`
 seconds. Meanwhile:
 
 * every `--kill_every` seconds: SIGKILL of one random live env worker;
@@ -67,6 +67,7 @@ def make_parser():
     parser.add_argument('--minutes', type=float, default=20)
     parser.add_argument('--agent', default='dreamerv3',
                         help='run.agent_impl (dreamerv3 or testing)')
+    parser.add_argument('--task', default='cartpole_balance')
     parser.add_argument('--envs', type=int, default=4)
     parser.add_argument('--replay_size', type=float, default=1e4)
     parser.add_argument('--save_every', type=float, default=300)
@@ -137,7 +138,8 @@ class Soak:
         args = self.args
         kills = int(self.duration // args.kill_every) if args.kill_every else 0
         return (
-            '--agent_impl', args.agent, '--run.envs', args.envs,
+            '--agent_impl', args.agent, '--task', args.task,
+            '--run.envs', args.envs,
             '--run.steps', '1e9', '--run.duration', round(remaining),
             '--run.log_every', 10, '--run.save_every', args.save_every,
             '--run.save_keep', SAVE_KEEP, '--replay.size', args.replay_size,
