@@ -204,8 +204,12 @@ class Soak:
                     self.kill_tree(run)
                     break
                 if next_kill and t >= next_kill:
-                    next_kill += args.kill_every
-                    self.kill_env(run, t)
+                    # A kill due while no worker is up (a launch starting)
+                    # comes once one is, not never.
+                    if self.kill_env(run, t):
+                        next_kill += args.kill_every
+                    else:
+                        next_kill = t + 5
                 time.sleep(0.2)
             launch['code'] = run.wait()
             launch['t1'] = time.monotonic() - self.start
@@ -265,21 +269,20 @@ class Soak:
             logdir=folder_bytes(self.logdir))
 
     def kill_env(self, run, t):
-        """SIGKILL of a random live env worker."""
+        """SIGKILL of a random live env worker; False if none is alive."""
         alive = self.processes(run)
         envs = sorted((name, pid) for name, pid in role_pids(run).items()
                       if name.startswith('Env') and pid in alive)
         if not envs:
-            print(f'[soak] t={t:.0f} s: no env worker alive to kill.',
-                  flush=True)
-            return
+            return False
         name, pid = self.rng.choice(envs)
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
-            return
+            return False
         self.kills.append(dict(t=t, name=name, launch=len(self.launches) - 1))
         print(f'[soak] t={t:.0f} s: SIGKILL {name} (pid {pid})', flush=True)
+        return True
 
     def kill_tree(self, run):
         tree = list(self.processes(run).values())
