@@ -8,7 +8,6 @@ import time
 import elements
 import numpy as np
 
-from embodied.core import checkpoint
 from embodied.core import diskfull
 
 
@@ -47,27 +46,30 @@ class JSONLOutput(elements.logger.AsyncOutput):
 
     def rewind(self, step):
         """Moves the lines of steps after `step` to the `.rewound.jsonl`
-        file beside this one; returns how many moved."""
+        file beside this one; returns how many moved. Reads only the file's
+        tail (its steps never go back), so a resume costs no memory in
+        proportion to the run's length."""
         path = str(self._filename)
         if not os.path.exists(path):
             return 0
         with open(path, 'rb') as f:
+            cut = _end_of_last_line_upto(f, step)
+            f.seek(cut)
             lines = f.read().split(b'\n')
         kept, moved = [], []
         for line in lines:
-            try:
-                row = json.loads(line) if line.strip() else None
-            except ValueError:
-                row = None  # A line cut short by a crash stays where it is.
-            later = isinstance(row, dict) and isinstance(
-                row.get('step'), (int, float)) and row['step'] > step
+            row = _parse(line)  # A line cut short by a crash stays.
+            later = row is not None and row['step'] > step
             (moved if later else kept).append(line)
         if not moved:
             return 0
         side = path[:-len('.jsonl')] if path.endswith('.jsonl') else path
         with open(side + '.rewound.jsonl', 'ab') as f:
             f.write(b''.join(line + b'\n' for line in moved))
-        checkpoint.write_atomic(path, b'\n'.join(kept))
+        with open(path, 'r+b') as f:
+            f.truncate(cut)
+            f.seek(cut)
+            f.write(b'\n'.join(kept))
         last_step = _last_step_and_time(path)[0]
         self._anchor = (last_step, self._base)  # Time keeps going forward.
         self._newline = _ends_mid_line(path)
@@ -140,3 +142,42 @@ def _ends_mid_line(path):
     with open(path, 'rb') as f:
         f.seek(-1, os.SEEK_END)
         return f.read(1) != b'\n'
+
+
+def _parse(line):
+    """The row of one line when it is a dict with a numeric `step`."""
+    try:
+        row = json.loads(line) if line.strip() else None
+    except ValueError:
+        return None
+    if isinstance(row, dict) and isinstance(row.get('step'), (int, float)):
+        return row
+    return None
+
+
+def _end_of_last_line_upto(f, step, block=1 << 16):
+    """The offset just past the last line of `f` whose step is at most
+    `step` (0 when there is none), read backwards a block at a time."""
+    size = f.seek(0, os.SEEK_END)
+    pos = stop = size  # `rest` holds the bytes from `pos` to `stop`.
+    rest = b''
+    while True:
+        if pos > 0:
+            pos -= min(block, pos)
+            f.seek(pos)
+            rest = f.read(stop - pos)
+        first, *lines = rest.split(b'\n')
+        # Every line after `first` is whole; `first` may go on before `pos`.
+        if pos == 0:
+            first, lines = b'', [first] + lines
+        end = stop
+        for line in reversed(lines):
+            start = end - len(line)
+            row = _parse(line)
+            if row is not None and row['step'] <= step:
+                return min(end + 1, size)
+            end = start - 1  # Past the newline before this line.
+        if pos == 0:
+            return 0
+        stop = pos + len(first)
+        rest = first

@@ -76,6 +76,48 @@ def test_jsonl_time_continues_after_a_resume(tmp_path, monkeypatch):
                     {'step': 120, 'time': 70.0, 'a': 4.0}]
 
 
+def test_jsonl_rewind_finds_the_cut_reading_backwards():
+    """The cut after the last line at or before a step, found block by
+    block from the end, equals a full forward scan, with lines cut short
+    by a crash and with or without a final newline."""
+    rng = np.random.default_rng(0)
+
+    def forward(data, step):
+        offset = cut = 0
+        for line in data.split(b'\n'):
+            row = jsonl._parse(line)
+            if row is not None and row['step'] <= step:
+                cut = min(offset + len(line) + 1, len(data))
+            offset += len(line) + 1
+        return cut
+
+    for _ in range(500):
+        steps = sorted(rng.choice(100, rng.integers(0, 12), replace=False))
+        lines = [json.dumps({'step': int(s), 'x': 'y' * int(rng.integers(
+            20))}).encode() for s in steps]
+        for _ in range(rng.integers(3)):
+            lines.insert(rng.integers(len(lines) + 1), b'{"step": 5')
+        data = b'\n'.join(lines) + (b'\n' if rng.random() < 0.7 else b'')
+        step = int(rng.integers(-1, 102))
+        block = int(rng.integers(1, 30))
+        assert jsonl._end_of_last_line_upto(
+            io.BytesIO(data), step, block) == forward(data, step)
+
+
+def test_jsonl_rewind_keeps_a_cut_line_and_moves_later_steps(tmp_path):
+    path = tmp_path / 'metrics.jsonl'
+    rows = [json.dumps({'step': s, 'time': s}) for s in range(0, 5000, 10)]
+    path.write_text('\n'.join(rows[:400] + ['{"step": 39']) + '\n' +
+                    '\n'.join(rows[400:]) + '\n')
+    out = outputs.JSONLOutput(tmp_path, parallel=False)
+    assert out.rewind(4100) == 89
+    kept = path.read_text().splitlines()
+    assert kept == rows[:400] + ['{"step": 39'] + rows[400:411]
+    moved = (tmp_path / 'metrics.rewound.jsonl').read_text().splitlines()
+    assert moved == rows[411:]
+    assert out.rewind(4100) == 0
+
+
 def test_tensorboard_output_scalars_images_and_video(tmp_path):
     step = elements.Counter()
     logger = elements.Logger(step, [outputs.TensorBoardOutput(tmp_path, fps=10)])
