@@ -184,19 +184,24 @@ class _Launch(save_and_stop.SaveAndStop):
         if self.args.remote_replay:
             self._try_call('replay', 'shutdown', timeout=2)
 
-    def _connect(self):
+    def _connect(self, limit=None):
         """Connects to every role. A remote role not up within
         run.connect_timeout ends the run naming its address; a role this
         launch started has no limit (`_check` ends the run if it dies), so
-        a busy machine or a long compile is no error."""
+        a busy machine or a long compile is no error. With `limit` (after
+        a failure, to save): the roles not yet connected, each within
+        `limit` seconds, without `_check`."""
         for role in ('logger', 'replay', 'actor'):
-            timeout = connections.connect_timeout(self.args, role)
+            if role in self.clients:
+                continue
+            timeout = limit or connections.connect_timeout(self.args, role)
             addr = self.args[f'{role}_addr']
             try:
                 self.clients[role] = rpc.connect(
                     addr, f'Launcher{role.title()}', timeout,
                     connections.ipv6(self.args), self.args.wait_report,
-                    check=self._check, handshake=self.handshake)
+                    check=None if limit else self._check,
+                    handshake=self.handshake)
             except rpc.Refused:
                 hint = remote_roles.secret_hint(self.args, self.secret_origin)
                 raise rpc.Refused(

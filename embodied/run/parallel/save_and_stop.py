@@ -40,6 +40,11 @@ class SaveAndStop:
         if not isinstance(error, rpc.WorkerFailed):
             return
         print(f'Ending the run: {error}', flush=True)
+        if error.name in self.envs.names and len(self.clients) < 3:
+            # An env worker can fail before this launch reached every role
+            # (the envs talk to the actor directly): reach them to save.
+            self._try(lambda: self._connect(limit=60),
+                      'Could not reach every role to save')
         if error.name in self.envs.names and len(self.clients) == 3:
             # Agent, replay and logger are fine: stop as usual, then fail.
             self.envs.stopping()
