@@ -107,12 +107,15 @@ def test_jsonl_rewind_finds_the_cut_reading_backwards():
 def test_jsonl_rewind_keeps_a_cut_line_and_moves_later_steps(tmp_path):
     path = tmp_path / 'metrics.jsonl'
     rows = [json.dumps({'step': s, 'time': s}) for s in range(0, 5000, 10)]
-    path.write_text('\n'.join(rows[:400] + ['{"step": 39']) + '\n' +
-                    '\n'.join(rows[400:]) + '\n')
+    # Lines cut short by a crash, one before the save's step and one after.
+    path.write_text('\n'.join(
+        rows[:400] + ['{"step": 39'] + rows[400:420] + ['{"step": 41'] +
+        rows[420:]) + '\n')
     out = outputs.JSONLOutput(tmp_path, parallel=False)
     assert out.rewind(4100) == 89
     kept = path.read_text().splitlines()
-    assert kept == rows[:400] + ['{"step": 39'] + rows[400:411]
+    assert kept == (rows[:400] + ['{"step": 39'] + rows[400:411] +
+                    ['{"step": 41'])
     moved = (tmp_path / 'metrics.rewound.jsonl').read_text().splitlines()
     assert moved == rows[411:]
     assert out.rewind(4100) == 0

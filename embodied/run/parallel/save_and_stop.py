@@ -40,18 +40,20 @@ class SaveAndStop:
         if not isinstance(error, rpc.WorkerFailed):
             return
         print(f'Ending the run: {error}', flush=True)
-        if error.name in self.envs.names and len(self.clients) < 3:
+        if error.name in self.envs.names:
             # An env worker can fail before this launch reached every role
             # (the envs talk to the actor directly): reach them to save.
-            self._try(lambda: self._connect(limit=60),
-                      'Could not reach every role to save')
-        if error.name in self.envs.names and len(self.clients) == 3:
-            # Agent, replay and logger are fine: stop as usual, then fail.
-            self.envs.stopping()
-            self._try(lambda: self._stop(
-                f'Env worker {error.name} failed', failed=True),
-                'Could not save and stop in order')
-            return
+            if len(self.clients) < 3:
+                self._try(lambda: self._connect(limit=60),
+                          'Could not reach every role to save')
+            if len(self.clients) == 3:
+                # Agent, replay and logger are fine: stop as usual, then
+                # fail.
+                self.envs.stopping()
+                self._try(lambda: self._stop(
+                    f'Env worker {error.name} failed', failed=True),
+                    'Could not save and stop in order')
+                return
         self._salvage(error)
 
     def _salvage(self, error, timeout=60):
