@@ -61,7 +61,9 @@ The train mesh then spans every host's devices and the policy mesh this
 host's. `init_train(n)`, `init_report(n)`, `train` and `report` take this
 host's n rows; the global batch is n times the number of replicas (each
 host's rows joined in replica order). `train` and `report` are collectives:
-every replica must call them equally often and in the same order; `save`
+every replica must call them equally often and in the same order (the
+first run at new shapes waits for every replica: gloo would give up on one
+more than 30 s late); `save`
 and `load` are not, as the parameters are replicated (a train mesh on
 which the partition rules would split them is refused).
 
@@ -206,6 +208,7 @@ class Agent(embodied.Agent):
     def _init_train_carry(self, jitted, batch_size):
         batch_size = self._global_batch(batch_size)
         self._train_layout.check_batch(batch_size, 'batch size')
+        self._meet_before_first_run(jitted, _LOWERING_SEED, batch_size)
         with self._state_lock:
             carry = jitted(self._state, self._seed('init'), batch_size)
         return jax.device_put(carry, self._train_batch)
@@ -250,6 +253,8 @@ class Agent(embodied.Agent):
         update when first read, so a caller that reads them after its next
         `train()` call keeps the device busy."""
         data = self._prepare_batch(data, 'train')
+        self._meet_before_first_run(
+            self._jit_train, carry, data, _LOWERING_SEED)
         with self._state_lock:
             state, carry, outs, metrics = self._jit_train(
                 self._state, carry, data, self._seed('train'))
@@ -262,6 +267,8 @@ class Agent(embodied.Agent):
 
     def report(self, carry, data):
         data = self._prepare_batch(data, 'report')
+        self._meet_before_first_run(
+            self._jit_report, carry, data, _LOWERING_SEED)
         with self._state_lock:
             carry, metrics = self._jit_report(
                 self._state, carry, data, self._seed('report'))
@@ -367,6 +374,7 @@ class Agent(embodied.Agent):
         # of shapes not compiled ahead add to them.
         self.traces = collections.Counter()
         self._built = False
+        self._collective_shapes = set()  # See _meet_before_first_run.
         self._compiling = False  # Set by _compile_policy, under TRACE_LOCK.
         self._setup_shardings(model)
         with self._state_lock:
@@ -508,11 +516,15 @@ class Agent(embodied.Agent):
         seed = _LOWERING_SEED
         with self._state_lock:
             state = self._state
-            for init, step, length in (
-                    (self._jit_init_train, self._jit_train, train_length),
-                    (self._jit_init_report, self._jit_report,
+            for name, init, step, length in (
+                    ('train', self._jit_init_train, self._jit_train,
+                     train_length),
+                    ('report', self._jit_init_report, self._jit_report,
                      report_length)):
                 init.lower(state, seed, batch).compile()
+                # A collective: replicas run it together (the 30 s of gloo
+                # in _meet_before_first_run; one may compile longer).
+                distributed.barrier(f'compiled-ahead-{name}')
                 carry = jax.device_put(
                     init(state, seed, batch), self._train_batch)
                 data = self._zero_batch(batch, length)
@@ -648,6 +660,25 @@ class Agent(embodied.Agent):
         self._jit_report = self._jit(report)
 
     # Replicas (several hosts; see `distributed`)
+
+    def _meet_before_first_run(self, jitted, *args):
+        """With several replicas, compiles the collective `jitted` for the
+        state and `args` (if not yet) and, the first time it runs at these
+        shapes, waits until every replica is about to run it too. Gloo
+        builds a program's connections on its first run and gives up on a
+        peer that arrives more than 30 s later (still compiling, or still
+        waiting for its first batch). Replicas call the collectives in the
+        same order, so they meet at these barriers in the same order."""
+        if not distributed.started():
+            return
+        # The state's shapes never change; the carry's and data's can.
+        key = (jitted, _signature(args))
+        if key in self._collective_shapes:
+            return
+        with self._state_lock:
+            jitted.lower(self._state, *args).compile()
+        self._collective_shapes.add(key)
+        distributed.barrier(f'first-run-{len(self._collective_shapes)}')
 
     def _global_batch(self, batch_size):
         """The rows of a learner batch over all replicas: each host feeds
@@ -799,6 +830,14 @@ class Agent(embodied.Agent):
 @jax.jit
 def _copy_arrays(tree):
     return jax.tree.map(jnp.copy, tree)
+
+
+def _signature(tree):
+    """The shapes and dtypes of `tree`'s arrays and the values of its other
+    leaves (static arguments): what decides whether jit compiles anew."""
+    return tuple(
+        (x.shape, str(x.dtype)) if hasattr(x, 'shape') else repr(x)
+        for x in jax.tree.leaves(tree))
 
 
 def _islist(x):

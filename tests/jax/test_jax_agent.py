@@ -1,5 +1,6 @@
 """The JAX agent base, on a toy model that compiles in moments."""
 
+import collections
 import os
 import threading
 import time
@@ -346,6 +347,41 @@ def test_compiled_ahead_nothing_traces_for_any_policy_batch_size():
     # Row i took part in the calls with n > i: 2 * (size - i) of them.
     expected = [2 * (size - i) for i in range(size)]
     assert [int(r['count']) for r in rows] == expected
+
+
+def test_replicas_meet_before_a_collective_first_runs(monkeypatch):
+    """With several replicas, the first run of train, report or their
+    init at new shapes waits at a barrier, after compiling and before
+    running: gloo gives up on a replica that joins a new collective more
+    than 30 s late (seen when one replica compiled `train` later). Runs at
+    shapes already met do not wait."""
+    agent = ToyAgent(OBS, ACT, make_config())
+    met = []
+
+    def barrier(name, timeout_ms=None):
+        met.append((name, collections.Counter(agent.traces), agent._updates))
+    monkeypatch.setattr(embodied.jax.distributed, 'started', lambda: True)
+    monkeypatch.setattr(embodied.jax.distributed, 'barrier', barrier)
+    traces = collections.Counter(agent.traces)
+
+    carry = agent.init_train(4)
+    assert len(met) == 1
+    assert met[0][1]['init_train'] == traces['init_train'] + 1
+    carry, _, _ = agent.train(carry, make_batch(T=5))
+    assert len(met) == 2
+    name, traced, updates = met[1]
+    # Compiled before the barrier, run after it (and not traced again).
+    assert traced['train'] == traces['train'] + 1 == agent.traces['train']
+    assert updates == 0 and agent._updates == 1
+    for _ in range(2):
+        carry, _, _ = agent.train(carry, make_batch(T=5))
+    agent.init_train(4)
+    assert len(met) == 2
+    carry, _, _ = agent.train(carry, make_batch(T=6))
+    agent.report(agent.init_report(4), make_batch(T=3))
+    assert len(met) == 5
+    assert len({name for name, _, _ in met}) == 5, met
+    assert met[2][2] == 3 and agent._updates == 4
 
 
 def test_policy_seeds_unique_across_threads():
