@@ -522,8 +522,8 @@ class Agent(embodied.Agent):
                     ('report', self._jit_init_report, self._jit_report,
                      report_length)):
                 init.lower(state, seed, batch).compile()
-                # A collective: replicas run it together (the 30 s of gloo
-                # in _meet_before_first_run; one may compile longer).
+                # A collective: replicas run it together, as gloo allows a
+                # late one 30 s (see _meet_before_first_run).
                 distributed.barrier(f'compiled-ahead-{name}')
                 carry = jax.device_put(
                     init(state, seed, batch), self._train_batch)
@@ -833,11 +833,13 @@ def _copy_arrays(tree):
 
 
 def _signature(tree):
-    """The shapes and dtypes of `tree`'s arrays and the values of its other
-    leaves (static arguments): what decides whether jit compiles anew."""
-    return tuple(
+    """The structure of `tree`, the shapes and dtypes of its arrays and the
+    values of its other leaves (static arguments): what decides whether jit
+    compiles anew."""
+    leaves, structure = jax.tree.flatten(tree)
+    return structure, tuple(
         (x.shape, str(x.dtype)) if hasattr(x, 'shape') else repr(x)
-        for x in jax.tree.leaves(tree))
+        for x in leaves)
 
 
 def _islist(x):
