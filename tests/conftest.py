@@ -3,12 +3,21 @@ fixtures that pin the compute dtype of `embodied.jax.nets`, and
 `tests/support` on the path for the shared helpers (`import helpers`,
 `import launch`, `from fixtures.compat_agent import ...`).
 
+One JAX compilation cache serves the whole run, xdist workers and the
+commands the tests launch included: a folder made for the run (never the
+user's own cache), removed at its end. Set $EMBODIED_TEST_JAX_CACHE to keep
+one across runs while working on the code. Tests of cold behaviour (cache
+misses, a first launch, compile-time messages) set $EMBODIED_JAX_CACHE of
+their commands to a folder of their own under `tmp_path`.
+
 Every test folder is a package under `tests`, so a folder such as
 `tests/jax` imports as `tests.jax` and cannot shadow the library it tests."""
 
 import os
 import pathlib
+import shutil
 import sys
+import tempfile
 import time
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -36,6 +45,31 @@ def _children():
             continue
         result[p.pid] = p
     return result
+
+
+_RUN_CACHE = 'EMBODIED_TEST_RUN_JAX_CACHE'  # set by the controller for workers
+
+
+def pytest_configure(config):
+    """Points $EMBODIED_JAX_CACHE at the run's folder. The controller (or a
+    run without xdist) makes it before the workers start; they inherit it."""
+    config.addinivalue_line(
+        'markers', 'slow: launches DreamerV3 or a whole run for longer than '
+        'the quick tier allows (`-m "not slow"` leaves these out)')
+    folder = os.environ.get(_RUN_CACHE)
+    if not folder:
+        folder = os.environ.get('EMBODIED_TEST_JAX_CACHE') or tempfile.mkdtemp(
+            prefix='embodied-test-jaxcache-')
+        os.environ[_RUN_CACHE] = folder
+        config._embodied_made_cache = (
+            folder if 'EMBODIED_TEST_JAX_CACHE' not in os.environ else None)
+    os.environ['EMBODIED_JAX_CACHE'] = folder
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, '_embodied_made_cache', None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

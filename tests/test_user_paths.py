@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import launch
@@ -24,17 +25,21 @@ from tests.run.parallel import test_parallel
 os.environ.setdefault('MUJOCO_GL', 'egl')
 
 README = launch.ROOT / 'README.md'
-STEPS = 300  # env steps of every DreamerV3 run here
+STEPS = 300  # env steps of the script runs below (enough for an eval episode)
 QUICK = ('--run.steps', str(STEPS), '--run.log_every', '5')
 TIMEOUT = 600
 SUITES = {
-    # block: (import, extra flags)
-    'atari': ('ale_py', ()),
-    'atari100k': ('ale_py', ()),
-    'crafter': ('crafter', ()),
-    'dmc_vision': ('dm_control.suite', ()),
-    'dmc_proprio': ('dm_control.suite', ()),
+    # block: (import, the loss of the input the block selects)
+    'atari': ('ale_py', 'train/loss/image'),          # 96x96x1 gray images
+    'atari100k': ('ale_py', 'train/loss/image'),
+    'crafter': ('crafter', 'train/loss/image'),
+    'dmc_vision': ('dm_control.suite', 'train/loss/image'),
+    'dmc_proprio': ('dm_control.suite', 'train/loss/orientations'),
 }
+# Env steps of a suite run: the replay fills a batch (debug: 8 x 12 steps),
+# then the agent trains every 3 env steps at train ratio 32, so a few
+# updates run before the final save.
+SUITE_STEPS = 120
 
 
 def check_output(code, output, dreamer=True):
@@ -54,6 +59,7 @@ def run(*flags, module='embodied.main', dreamer=True):
 # Scripts
 
 
+@pytest.mark.slow
 def test_train_then_eval_only_from_its_checkpoint(tmp_path):
     logdir = tmp_path / 'train'
     output = run('--configs', 'debug', '--script', 'train', *QUICK,
@@ -66,6 +72,7 @@ def test_train_then_eval_only_from_its_checkpoint(tmp_path):
     assert launch.saved_tags(tmp_path / 'eval', 'eval')[-1] >= 100
 
 
+@pytest.mark.slow
 def test_train_eval(tmp_path):
     logdir = tmp_path / 'run'
     run('--configs', 'debug', '--script', 'train_eval', *QUICK,
@@ -85,6 +92,7 @@ REMOTE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('script', sorted(REMOTE))
 def test_parallel_with_a_role_as_its_own_command(tmp_path, script):
     """`--script parallel` with one role started as a separate command, as
@@ -113,29 +121,41 @@ def test_parallel_with_a_role_as_its_own_command(tmp_path, script):
 
 
 def suite_flags(block):
-    """The block at the debug size; a train ratio of 32 instead of the
-    block's (up to 1024) keeps the few hundred steps quick."""
-    module, flags = SUITES[block]
-    pytest.importorskip(module)
-    return ('--configs', block, 'debug', *flags, *QUICK,
-            '--run.envs', '2', '--run.eval_envs', '0',
+    """The block at the debug size with 2 envs; a train ratio of 32 instead
+    of the block's (up to 1024) keeps the few updates quick."""
+    pytest.importorskip(SUITES[block][0])
+    return ('--configs', block, 'debug', '--run.steps', str(SUITE_STEPS),
+            '--run.log_every', '5', '--run.envs', '2', '--run.eval_envs', '0',
             '--run.train_ratio', '32')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('block', sorted(SUITES))
 def test_suite_trains(tmp_path, block):
-    output = run(*suite_flags(block), '--script', 'train',
-                 '--logdir', tmp_path / 'run')
-    assert 'Reached run.steps' in output
+    """The block's envs with DreamerV3 under `--script train`: it trains on
+    the input the block selects (the image or the vectors), and on no
+    `log/` key (dmc_proprio renders its frames to `log/image`)."""
+    logdir = tmp_path / 'run'
+    output = run(*suite_flags(block), '--script', 'train', '--logdir', logdir)
+    assert f'Reached run.steps ({SUITE_STEPS})' in output
+    rows = launch.metrics(logdir)
+    loss = SUITES[block][1]
+    assert any(np.isfinite(row.get(loss, np.nan)) for row in rows), (
+        output[-3000:])
+    keys = {key for row in rows for key in row}
+    assert not [k for k in keys if k.startswith('train/loss/log')], keys
+    if block == 'dmc_proprio':
+        assert 'train/loss/image' not in keys
 
 
-# The suite commands of docs/suites.md run the parallel runner on atari100k, crafter
-# and dmc_vision at size1m; the other two blocks run here.
+# The suite commands of docs/suites.md run the parallel runner on atari100k,
+# crafter and dmc_vision at size1m; the other two blocks run here.
+@pytest.mark.slow
 @pytest.mark.parametrize('block', ['atari', 'dmc_proprio'])
 def test_suite_parallel(tmp_path, block):
     output = run(*suite_flags(block), '--script', 'parallel',
                  '--logdir', tmp_path / 'run')
-    assert f'Reached run.steps ({STEPS})' in output
+    assert f'Reached run.steps ({SUITE_STEPS})' in output
 
 
 # README.md and docs/*.md
@@ -260,10 +280,19 @@ def test_doc_commands_are_all_known():
     assert any(c.startswith('python -m embodied.plot') for c in commands)
 
 
+# A page's DreamerV3 command runs until it has compiled the agent, stepped
+# its envs (the policy at the page's model size), saved and ended: the
+# updates themselves run in test_suite_trains and the script tests. Its
+# replay holds those steps; the block's (up to 5e6 steps) is not allocated.
+DOC_STEPS = 100
+DOC_REPLAY = 1e4
+
+
 def as_test(command, tmp_path):
     """The command's entry (`-m module`, or a script of a page written to
     `tmp_path`) and flags, with its logdirs under `tmp_path` and, for
-    DreamerV3 runs, at most STEPS env steps."""
+    DreamerV3 runs, at most DOC_STEPS env steps and DOC_REPLAY replay
+    steps."""
     argv = shlex.split(without_env(command))
     if argv[1].endswith('.py'):
         script = tmp_path / argv[1]
@@ -285,12 +314,18 @@ def as_test(command, tmp_path):
         flags += ['--logdir', str(tmp_path / 'logdir' / 'default')]
     dreamer = '--agent_impl' not in flags
     if dreamer:
-        if '--run.steps' in flags:
-            index = flags.index('--run.steps') + 1
-            flags[index] = str(min(float(flags[index]), STEPS))
-        else:
-            flags += ['--run.steps', str(STEPS)]
+        cap(flags, '--run.steps', DOC_STEPS)
+        cap(flags, '--replay.size', DOC_REPLAY)
     return entry, flags
+
+
+def cap(flags, flag, most):
+    """Sets `flag` to at most `most`, in place."""
+    if flag in flags:
+        index = flags.index(flag) + 1
+        flags[index] = str(min(float(flags[index]), most))
+    else:
+        flags += [flag, str(most)]
 
 
 def run_entry(entry, flags, extra_env=None, dreamer=True):
@@ -327,6 +362,7 @@ def slug(command):
     return re.sub(r'[^A-Za-z0-9_.]+', '-', ' '.join(words))[:70].strip('-')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('command', doc_runs(), ids=slug)
 def test_doc_command(tmp_path, command):
     argv = shlex.split(without_env(command))
@@ -404,6 +440,7 @@ def test_devices_page_trains_on_a_mesh():
     assert any('--script parallel' in c for c in commands), commands
 
 
+@pytest.mark.slow
 def test_devices_memory_benchmark(tmp_path):
     """The page's `agent_speed` command at `debug` reports a row per mesh."""
     command = re.search(

@@ -13,7 +13,7 @@ import helpers
 import launch
 from embodied import main as mainlib
 
-pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings('ignore::DeprecationWarning')]
 
 # tests/support is on sys.path (conftest.py puts it there; the scripts below
 # get it through launch.env()).

@@ -18,7 +18,7 @@ import helpers
 import launch
 from embodied import main as mainlib
 
-pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings('ignore::DeprecationWarning')]
 
 OBS_SPACE, ACT_SPACE = helpers.OBS_SPACE, helpers.ACT_SPACE
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])

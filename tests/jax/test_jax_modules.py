@@ -321,6 +321,7 @@ def test_layer_scan_stacks_params_and_matches_a_loop(f32_compute):
     np.testing.assert_allclose(y2, y, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_optimizer_scales_float16_losses_and_skips_overflows(monkeypatch):
     monkeypatch.setattr(nets, 'COMPUTE_DTYPE', jnp.float16)
     model = nets.Linear(1, name='model')

@@ -274,6 +274,7 @@ def test_gru_scans_over_time(f32_compute):
     assert not np.allclose(outs2[:, :3], outs[:, :3])
 
 
+@pytest.mark.slow
 def test_transformer_shapes(f32_compute):
     model = nets.Transformer(units=8, layers=2, heads=2, name='tf')
     x = rand(2, 4, 8)
@@ -288,6 +289,7 @@ def test_transformer_shapes(f32_compute):
     np.testing.assert_allclose(y2[:, 0], y[:, 0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_modules_jit_with_ninjax():
     mlp = nets.MLP(2, 16, name='mlp')
     head = nets.Linear(1, name='out')

@@ -112,6 +112,7 @@ def entries(runs, prefix):
     return {k[len(prefix):]: v for k, v in runs.items() if k.startswith(prefix)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('layout', LAYOUTS)
 def test_layout_trains_as_one_device(runs, layout):
     """Every metric of each of the 10 updates within float32 rounding
@@ -143,6 +144,7 @@ def test_layout_trains_as_one_device(runs, layout):
     assert float(start['opt/update_rms']) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('layout', LAYOUTS)
 def test_sharding_is_real(runs, layout):
     """Each device holds 1/f of a kernel's input rows and 1/t of its output
@@ -166,6 +168,7 @@ def test_sharding_is_real(runs, layout):
     assert total > 20 or f == 1
 
 
+@pytest.mark.slow
 def test_policy_parameters_move_to_the_policy_mesh(runs):
     """The policy's copy lies on its own mesh, laid out by the same rules:
     device 0 whole by default; for the 2,2,2 run, policy mesh 1,2,1 over
@@ -180,6 +183,7 @@ def test_policy_parameters_move_to_the_policy_mesh(runs):
         for k in runs)
 
 
+@pytest.mark.slow
 def test_checkpoints_load_across_layouts(runs):
     """A save on 1 device loads on 1,4,2, and a save on 2,2,2 loads on 1
     device, through checkpoint files of the usual format."""

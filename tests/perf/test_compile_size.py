@@ -7,6 +7,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from embodied.perf import compile_size
 
@@ -67,6 +68,7 @@ def test_called_functions_count_once_per_call():
     assert stats['dot_general'] == 2 and stats['dot_signatures'] == 1
 
 
+@pytest.mark.slow
 def test_the_command_prints_a_table_per_program(tmp_path):
     out, details = tmp_path / 'table.md', tmp_path / 'details.json'
     result = subprocess.run(

@@ -6,9 +6,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_quick_check_gives_agent_speed_a_run_and_a_relaunch(tmp_path):
     table = tmp_path / 'table.md'
     result = subprocess.run(

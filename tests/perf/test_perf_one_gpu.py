@@ -184,6 +184,7 @@ def test_no_window_is_an_error_that_shows_the_output():
         one_gpu.figures(args, 'it failed', [], [])
 
 
+@pytest.mark.slow
 def test_the_benchmark_runs_the_runner_on_the_simulated_device(tmp_path):
     table = tmp_path / 'table.md'
     result = subprocess.run(

@@ -7,11 +7,14 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from embodied.perf import soak
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_two_minute_soak_relaunches_and_resumes_at_the_newest_save():
     result = subprocess.run(
         [sys.executable, '-m', 'embodied.perf.soak', '--minutes', '2',

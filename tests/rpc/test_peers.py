@@ -112,6 +112,7 @@ def test_frame_limit_derived_from_the_spaces():
     assert connections.frame_limit(big, main.replay_spaces(big)) > limit
 
 
+@pytest.mark.slow
 def test_unauthenticated_shutdown_and_oversized_frames_do_not_stop_a_run(
         tmp_path):
     logdir = tmp_path / 'run'

@@ -127,6 +127,7 @@ def test_deleted_replay_chunk_is_reported_on_load(tmp_path, capsys):
     assert 'missing' in out and lost.name.split('-')[1] in out, out
 
 
+@pytest.mark.slow
 def test_parallel_resume_skips_damaged_newest_save(tmp_path):
     logdir = tmp_path / 'run'
     flags = (*FAST, '--run.save_every', '1e6')
@@ -147,6 +148,7 @@ def test_parallel_resume_skips_damaged_newest_save(tmp_path):
     assert 'BrokenBarrierError' not in output
 
 
+@pytest.mark.slow
 def test_parallel_unreadable_save_fails_naming_file_then_resumes(tmp_path):
     logdir = tmp_path / 'run'
     flags = (*FAST, '--run.save_every', '1e6')

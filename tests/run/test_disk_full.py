@@ -193,6 +193,7 @@ def run_command(logdir, script, *flags, name, timeout=240):
         run.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('script', list(SCRIPT_FLAGS))
 def test_full_tmpfs_ends_with_one_line_and_a_rerun_resumes(tmp_path, script):
     with small_tmpfs(tmp_path / 'disk') as disk:

@@ -129,6 +129,7 @@ def test_add_batch_refuses_a_log_metric_that_is_no_scalar():
                          'log/v': np.zeros((2, 3))}, [0, 1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('script', ['train', 'eval_only'])
 def test_scripts_print_progress_and_summary(tmp_path, script):
     logdir = tmp_path / 'run'

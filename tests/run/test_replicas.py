@@ -7,6 +7,8 @@ import signal
 import socket
 import time
 
+import pytest
+
 import launch
 
 
@@ -52,6 +54,7 @@ def digest(output):
     return found[-1]
 
 
+@pytest.mark.slow
 def test_config_mismatch_is_refused_naming_the_key(tmp_path):
     port = free_port()
     procs = start(
@@ -66,6 +69,7 @@ def test_config_mismatch_is_refused_naming_the_key(tmp_path):
         assert "64" in output and 'replica 1' in output, output[-3000:]
 
 
+@pytest.mark.slow
 def test_train_mesh_that_splits_parameters_over_hosts_is_refused(tmp_path):
     """f above 1 on a train mesh over two replicas would split the
     parameters across hosts; both replicas refuse it, naming the key and
@@ -119,6 +123,7 @@ def common_tag(logdir):
     return max(common) if common else None
 
 
+@pytest.mark.slow
 def test_two_replicas_train_one_agent_kill_and_resume(tmp_path):
     """--script train as two replicas: a replica killed ends the other
     within 60 s naming it; both started again resume from their newest
@@ -245,6 +250,7 @@ def test_kubernetes_recipe_gives_replica_count_and_coordinator(monkeypatch):
         assert config.jax.coordinator_address == coordinator
 
 
+@pytest.mark.slow
 def test_two_by_two_devices_equal_one_by_four(tmp_path):
     """The same global batches trained by 2 processes x 2 devices and by 1
     process x 4 devices: parameters bit-identical across the two replicas,
@@ -281,6 +287,7 @@ def test_two_by_two_devices_equal_one_by_four(tmp_path):
             two[0][key], one[key], rtol=1e-3, atol=atol, err_msg=key)
 
 
+@pytest.mark.slow
 def test_two_replicas_parallel(tmp_path):
     """--script parallel as two replicas: the agent (here its own process)
     joins the run; both launchers stop after the same update and exit 0

@@ -5,7 +5,8 @@ resolve to a loopback address, which the other namespace cannot reach: the
 gloo collectives must advertise the address that reaches the coordinator.
 
 Needs root and `ip netns`; skipped elsewhere. Only traffic inside the two
-namespaces; they are deleted after each test."""
+namespaces; one pair serves the tests of this module that one xdist worker
+runs, and is deleted after them, also when one fails."""
 
 import os
 import random
@@ -19,6 +20,8 @@ import pytest
 
 import launch
 from tests.run.test_replicas import digest, replica_flags
+
+pytestmark = pytest.mark.slow
 
 
 def _ip(*args):
@@ -60,7 +63,7 @@ class Hosts:
             _ip('netns', 'del', name)  # Deletes its end of the veth pair too.
 
 
-@pytest.fixture
+@pytest.fixture(scope='module')
 def hosts():
     if os.geteuid() != 0:
         pytest.skip('network namespaces need root')

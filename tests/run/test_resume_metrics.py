@@ -5,6 +5,7 @@ import json
 
 import elements
 import numpy as np
+import pytest
 
 import launch
 from embodied import outputs
@@ -68,11 +69,13 @@ def kill_after_metrics_then_resume(tmp_path, script, module, *flags):
     assert_never_back(steps_of(logdir, 'scores.jsonl'))
 
 
+@pytest.mark.slow
 def test_train_resume_after_kill_repeats_no_step(tmp_path):
     kill_after_metrics_then_resume(
         tmp_path, 'train', 'embodied.main', '--run.log_every', '1')
 
 
+@pytest.mark.slow
 def test_parallel_resume_after_kill_repeats_no_step(tmp_path):
     kill_after_metrics_then_resume(
         tmp_path, 'parallel', 'embodied.run.parallel', '--run.log_every',

@@ -88,6 +88,7 @@ def replay_in_env(config, stream, indices, steps=None):
     raise AssertionError('no env reproduces the stream:\n' + '\n'.join(errors))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('suite', sorted(SUITES))
 def test_parallel_run_keeps_images_intact(suite, tmp_path):
     module, flags, steps = SUITES[suite]
@@ -130,26 +131,4 @@ def test_unknown_suite_names_the_real_ones():
     assert 'atari' in result.stdout and 'dmc' in result.stdout
 
 
-@pytest.mark.parametrize('block,module,loss', [
-    ('atari', 'ale_py', 'train/loss/image'),        # 96x96x1 gray images
-    ('dmc_proprio', 'dm_control.suite', 'train/loss/orientations'),
-])
-def test_dreamerv3_trains_on_the_suite_blocks(block, module, loss, tmp_path):
-    """The original's blocks with the real agent: it reads the image or the
-    vectors the block selects, and no `log/` key (dmc_proprio renders its
-    frames to `log/image`)."""
-    pytest.importorskip(module)
-    logdir = tmp_path / 'run'
-    result = launch.run(
-        '--configs', block, 'debug', '--agent_impl', 'dreamerv3',
-        '--script', 'train', '--run.envs', '1', '--run.eval_envs', '0',
-        '--run.steps', '200', '--run.train_ratio', '64',
-        '--replay.size', '3000', '--logdir', logdir, timeout=600)
-    assert result.returncode == 0, result.stdout[-4000:]
-    rows = launch.metrics(logdir)
-    assert any(np.isfinite(row.get(loss, np.nan)) for row in rows), (
-        result.stdout[-3000:])
-    keys = {key for row in rows for key in row}
-    assert not [k for k in keys if k.startswith('train/loss/log')]
-    if block == 'dmc_proprio':
-        assert 'train/loss/image' not in keys
+# DreamerV3 on each suite block: tests/test_user_paths.py::test_suite_trains.

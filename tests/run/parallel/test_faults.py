@@ -72,6 +72,7 @@ def common_tag(logdir):
 # Env workers that die are restarted.
 
 
+@pytest.mark.slow
 def test_sigkilled_env_is_restarted_and_run_reaches_steps(tmp_path):
     logdir = tmp_path / 'run'
 
@@ -116,6 +117,7 @@ def test_env_that_keeps_failing_ends_run_after_bounded_restarts(tmp_path):
 # Bad input ends the run with a clear message, after a save.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mode, key, problem, per_worker', [
     ('dtype', 'image', 'wrong dtype', 1),
     ('shape', 'image', 'wrong shape', 1),
@@ -216,6 +218,7 @@ def saves_started(output):
     return output.count('Saving checkpoint:')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('moment', ['start', 'running', 'saving'])
 def test_sigkill_of_whole_tree_then_resume(tmp_path, moment):
     logdir = tmp_path / 'run'

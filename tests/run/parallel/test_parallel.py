@@ -116,6 +116,7 @@ def run_to_end(logdir, *flags, timeout=300, name='run', during=None):
     return output
 
 
+@pytest.mark.slow
 def test_runs_to_steps_with_ratio_saves_and_eval_split(tmp_path):
     logdir = tmp_path / 'run'
     output = run_to_end(
@@ -152,6 +153,7 @@ def test_runs_to_steps_with_ratio_saves_and_eval_split(tmp_path):
     assert launch.latest_value(logdir, 'report/reports') > 0
 
 
+@pytest.mark.slow
 def test_agent_process_and_grouped_envs(tmp_path):
     logdir = tmp_path / 'run'
     output = run_to_end(
@@ -165,6 +167,7 @@ def test_agent_process_and_grouped_envs(tmp_path):
     assert launch.latest_value(logdir, 'train/train_batches') > 0
 
 
+@pytest.mark.slow
 def test_sigterm_saves_exits_and_resumes(tmp_path):
     logdir = tmp_path / 'run'
     flags = ('--run.envs', '2', '--run.eval_envs', '0',
@@ -197,6 +200,7 @@ def test_sigterm_saves_exits_and_resumes(tmp_path):
     assert launch.saved_tags(logdir, 'logger')[-1] >= saved + 200
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('module', [MODULE, 'original_main'])
 def test_remote_envs_and_replay_started_as_separate_commands(tmp_path, module):
     """Each role as its own command; with `original_main`, every command
@@ -226,6 +230,7 @@ def test_remote_envs_and_replay_started_as_separate_commands(tmp_path, module):
     assert launch.saved_tags(logdir, 'replay')[-1] >= 2000
 
 
+@pytest.mark.slow
 def test_actor_serves_original_one_env_requests_next_to_rows(tmp_path):
     """An env process of the original (one env per request, scalar envid,
     unbatched leaves) trains next to one of ours; the test agent checks

@@ -62,6 +62,7 @@ def free_port():
     return rpc.addresses.free_ports(1)[0]
 
 
+@pytest.mark.slow
 def test_env_command_with_wrong_secret_says_so_once_and_ends(
         tmp_path, commands):
     """20 s against an actor that refuses its secret: one line per worker
@@ -96,6 +97,7 @@ def test_env_command_with_wrong_secret_says_so_once_and_ends(
     assert envs.cpu < 15, envs.cpu
 
 
+@pytest.mark.slow
 def test_main_run_names_refused_envs_and_the_command_to_start_them(
         tmp_path, commands):
     port = free_port()
@@ -127,6 +129,7 @@ def test_main_run_names_refused_envs_and_the_command_to_start_them(
     envs.kill()
 
 
+@pytest.mark.slow
 def test_env_command_whose_main_run_dies_ends_by_itself(tmp_path, commands):
     port = free_port()
     flags = (*ENVS, '--run.actor_addr', f'127.0.0.1:{port}',
@@ -258,6 +261,7 @@ def test_env_command_with_auth_against_a_run_without_names_run_auth(
     assert 'its run.auth differs' in output
 
 
+@pytest.mark.slow
 def test_replay_command_whose_main_run_dies_ends_by_itself(
         tmp_path, commands):
     ports = [free_port() for _ in range(3)]
