@@ -328,7 +328,8 @@ def test_runs_under_script_with_debug_config(tmp_path, script, flags):
 def test_image_observations_train(tmp_path):
     """CNN encoder, image decoder (MSE) and a continuous action head."""
     from embodied.agents.dreamerv3 import Agent
-    config = make_config(tmp_path)
+    # Compiled as called: report, which this test never runs, is not built.
+    config = make_config(tmp_path, '--jax.precompile', 'False')
     obs_space = dict(OBS_SPACE, image=elements.Space(np.uint8, (32, 32, 3)))
     act_space = {'action': elements.Space(np.float32, (2,), -1, 1)}
     agent = Agent(obs_space, act_space, config)
