@@ -1,0 +1,104 @@
+"""The recipes in examples/ on a real Slurm (Debian's slurm-wlm, one node on
+loopback, daemons started here and stopped by pid): at the signal before
+the time limit the run saves, exits 0 and the job requeues itself and
+resumes from that save; `scancel` cancels; a failing run shows as FAILED
+with its exit code. Runs on CPU with the numpy test agent (one node) and
+the debug DreamerV3 (two replicas), each job lasting seconds."""
+
+import os
+import pathlib
+import re
+import sys
+
+import pytest
+
+import launch
+import slurm_cluster
+
+EXAMPLES = launch.ROOT / 'examples'
+# The recipes' #SBATCH lines ask for a GPU node; these fit the test's node
+# (sbatch's command line overrides them). The signal comes 50 s before a
+# 1-minute limit, so about 10 s after the start (Slurm checks time limits
+# every few seconds).
+FIT = ('--gpus=0', '--mem=1G', '--cpus-per-task=1', '--time=1',
+       '--signal=B:USR1@50')
+ONE_NODE = ('--configs', 'debug', '--agent_impl', 'testing', '--run.envs', 2,
+            '--run.eval_envs', 0, '--run.steps', 1e9,
+            '--run.save_every', 1e6, '--run.log_every', 1)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    why = slurm_cluster.missing() or slurm_cluster.install()
+    if why:
+        pytest.skip(f'No real Slurm here: {why}')
+    with slurm_cluster.Cluster(tmp_path / 'slurm') as cluster:
+        yield cluster
+
+
+def job_env(cluster, tmp_path, **extra):
+    """What the recipes read: a venv whose activate puts this Python first
+    on PATH, LOGDIR, TASK; and what tests run with (CPU JAX, the checkout
+    on PYTHONPATH)."""
+    venv = tmp_path / 'venv'
+    (venv / 'bin').mkdir(parents=True, exist_ok=True)
+    (venv / 'bin' / 'activate').write_text(
+        f'export PATH={pathlib.Path(sys.executable).parent}:$PATH\n')
+    return dict(cluster.env, **launch.env(), SLURM_CONF=cluster.env[
+        'SLURM_CONF'], VENV=str(venv), TASK='dummy_disc', **extra)
+
+
+def ended(cluster, job):
+    state = cluster.state(job)
+    return state if state in (
+        'COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL',
+        'OUT_OF_MEMORY') else None
+
+
+def requeued(cluster, job, times):
+    """Waits until the job was requeued `times` times and runs again (a
+    requeued job waits for its begin time, which this moves to now)."""
+    cluster.wait(lambda: int(cluster.job(job)['Restarts']) >= times, 180,
+                 f'job {job} to be requeued')
+    cluster.run('scontrol', 'update', f'JobId={job}', 'StartTime=now',
+                check=False)
+    cluster.wait(lambda: cluster.state(job) == 'RUNNING', 180,
+                 f'job {job} to run again')
+
+
+def test_one_node_recipe_saves_requeues_resumes_and_cancels(
+        cluster, tmp_path):
+    logdir = tmp_path / 'run'
+    out = tmp_path / 'job.out'
+    env = job_env(cluster, tmp_path, LOGDIR=str(logdir))
+    job = cluster.sbatch(
+        *FIT, f'--output={out}', EXAMPLES / 'slurm-one-node.sbatch',
+        *ONE_NODE, env=env, cwd=launch.ROOT)
+    requeued(cluster, job, 1)
+    text = out.read_text()
+    saved = launch.saved_tags(logdir, 'logger')[-1]
+    assert saved > 0, text[-3000:]
+    assert 'Received SIGTERM' in text, text[-3000:]
+    assert 'The run exited 0.' in text, text[-3000:]
+    assert launch.saved_tags(logdir, 'agent')[-1] == saved
+    cluster.wait(lambda: 'Logger resumed' in out.read_text(), 180,
+                 'the requeued run to resume')
+    assert f'Logger resumed at step {saved}' in out.read_text()
+    # scancel: the run saves at its SIGTERM, and the job ends CANCELLED.
+    cluster.run('scancel', job)
+    cluster.wait(lambda: ended(cluster, job), 120, 'the job to end')
+    assert cluster.job(job)['JobState'] == 'CANCELLED'
+    assert int(cluster.job(job)['Restarts']) == 1
+
+
+def test_one_node_recipe_failing_run_fails_the_job(cluster, tmp_path):
+    out = tmp_path / 'job.out'
+    env = job_env(cluster, tmp_path, LOGDIR=str(tmp_path / 'run'))
+    job = cluster.sbatch(
+        *FIT, f'--output={out}', EXAMPLES / 'slurm-one-node.sbatch',
+        *ONE_NODE, '--run.no_such_key', 1, env=env, cwd=launch.ROOT)
+    cluster.wait(lambda: ended(cluster, job), 120, 'the job to end')
+    info = cluster.job(job)
+    assert (info['JobState'], info['ExitCode']) == ('FAILED', '2:0'), (
+        info, out.read_text())
+    assert 'run.no_such_key' in out.read_text()
