@@ -8,6 +8,7 @@ the debug DreamerV3 (two replicas), each job lasting seconds."""
 import os
 import pathlib
 import re
+import signal
 import sys
 
 import pytest
@@ -25,6 +26,14 @@ FIT = ('--gpus=0', '--mem=1G', '--cpus-per-task=1', '--time=1',
 ONE_NODE = ('--configs', 'debug', '--agent_impl', 'testing', '--run.envs', 2,
             '--run.eval_envs', 0, '--run.steps', 1e9,
             '--run.save_every', 1e6, '--run.log_every', 1)
+# Two replicas of the debug DreamerV3 as tests/run/test_replicas.py runs
+# them, saving only at the start and at the stop.
+REPLICAS = ('--configs', 'debug', '--jax.mock_devices', 2,
+            '--jax.train_devices', 0, 1, '--run.envs', 2,
+            '--run.eval_envs', 0, '--run.log_every', 5, '--run.steps', 1e6,
+            '--run.save_every', 1e6, '--run.report_every', 20,
+            '--batch_size', 4, '--batch_length', 8, '--report_length', 4,
+            '--replay.chunksize', 32, '--run.train_ratio', 8)
 
 
 @pytest.fixture
@@ -102,3 +111,38 @@ def test_one_node_recipe_failing_run_fails_the_job(cluster, tmp_path):
     assert (info['JobState'], info['ExitCode']) == ('FAILED', '2:0'), (
         info, out.read_text())
     assert 'run.no_such_key' in out.read_text()
+
+
+def test_replicas_recipe_saves_at_one_tag_requeues_and_resumes(
+        cluster, tmp_path):
+    """Two replicas as two tasks of one node (loopback), the debug
+    DreamerV3; the signal is sent as Slurm sends it before the time limit
+    (to the batch shell) once both trained, not at a time, as compiling
+    takes longer on some machines than on others."""
+    from tests.run.test_replica_stop import LOSS
+    from tests.run.test_replicas import common_tag, free_port
+    logdir = tmp_path / 'run'
+    out = tmp_path / 'job.out'
+    env = job_env(cluster, tmp_path, LOGDIR=str(logdir),
+                  COORDINATOR_PORT=str(free_port()))
+    job = cluster.sbatch(
+        '--nodes=1', '--ntasks-per-node=2', '--gpus-per-node=0', '--mem=2G',
+        '--cpus-per-task=1', '--time=30', f'--output={out}',
+        EXAMPLES / 'slurm.sbatch', *REPLICAS, env=env, cwd=launch.ROOT)
+    cluster.wait(lambda: out.exists() and LOSS.search(out.read_text()),
+                 900, 'the replicas to train')
+    cluster.signal_batch(job, signal.SIGUSR1)
+    requeued(cluster, job, 1)
+    text = out.read_text()
+    assert text.count('Received SIGTERM') == 2, text[-3000:]
+    assert 'The run exited 0.' in text, text[-3000:]
+    tag = common_tag(logdir)
+    assert tag and launch.saved_tags(logdir, 'agent')[-1] == tag, text[-3000:]
+    cluster.wait(lambda: out.read_text().count('Learner resumed') == 2,
+                 900, 'both replicas to resume')
+    resumed = re.findall(r'Learner resumed the agent from the save at step '
+                         r'(\d+)', out.read_text())
+    assert resumed == [str(tag)] * 2, (resumed, tag)
+    cluster.run('scancel', job)
+    cluster.wait(lambda: ended(cluster, job), 120, 'the job to end')
+    assert cluster.job(job)['JobState'] == 'CANCELLED'

@@ -11,6 +11,8 @@ from tests.run.test_replicas import (
     common_tag, finish, free_port, replica_flags)
 
 # Saves only at the start and at the stop.
+# A loss value the logger printed (its filter line names `train/loss/|`).
+LOSS = re.compile(r'train/loss/\w+ ')
 PARALLEL = ('--script', 'parallel', '--run.steps', 1e6,
             '--run.save_every', 1e6)
 
@@ -31,7 +33,7 @@ def stop_and_check(procs, logdir, send):
     before = common_tag(logdir) or 0
     try:
         # Replica 0's logger prints the losses of this launch's updates.
-        procs[0].wait_for(lambda: 'train/loss/' in procs[0].output(),
+        procs[0].wait_for(lambda: LOSS.search(procs[0].output()),
                           timeout=900, what='training')
         send(procs)
         codes = finish(procs, timeout=300)
