@@ -66,6 +66,7 @@ class Cluster:
     def __init__(self, folder):
         self.folder = pathlib.Path(folder)
         self.procs = {}
+        self.jobs = []
         self.node = socket.gethostname().split('.')[0]
 
     def __enter__(self):
@@ -148,7 +149,19 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         log.close()
 
     def stop(self):
-        """Stops the daemons (and what slurmd left of a job) by pid."""
+        """Ends the jobs, then stops the daemons by pid, then kills by pid
+        whatever of this cluster is left (slurmstepd leaves slurmd's
+        process tree: it and the jobs are found by SLURM_CONF)."""
+        if self.jobs and self._alive('slurmctld'):
+            self.run('scancel', '--signal=KILL', '--full', *self.jobs,
+                     check=False)
+            self.run('scancel', *self.jobs, check=False)
+            try:
+                self.wait(lambda: not self.run(
+                    'squeue', '-h', '-t', 'RUNNING,COMPLETING',
+                    check=False).strip(), 60, 'the jobs to end')
+            except (AssertionError, RuntimeError):
+                pass
         for name in reversed(DAEMONS):
             proc = self.procs.pop(name, None)
             if proc is None:
@@ -160,6 +173,36 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+        left = self._leftovers()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 30
+        while left and time.monotonic() < deadline:
+            left = [pid for pid in left if os.path.exists(f'/proc/{pid}')
+                    and not _zombie(pid)]
+            time.sleep(0.1)
+
+    def _alive(self, name):
+        proc = self.procs.get(name)
+        return proc is not None and proc.poll() is None
+
+    def _leftovers(self):
+        """Pids of processes with this cluster's SLURM_CONF."""
+        marker = f'SLURM_CONF={self.folder / "slurm.conf"}\0'.encode()
+        found = []
+        for entry in os.listdir('/proc'):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f'/proc/{entry}/environ', 'rb') as f:
+                    if marker in f.read() + b'\0':
+                        found.append(int(entry))
+            except OSError:
+                pass
+        return found
 
     def run(self, *command, check=True):
         result = subprocess.run(
@@ -189,7 +232,9 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
             ['sbatch', '--parsable', *map(str, args)], env=env or self.env,
             cwd=cwd, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr + self.logs()
-        return result.stdout.strip().split(';')[0]
+        job = result.stdout.strip().split(';')[0]
+        self.jobs.append(job)
+        return job
 
     def job(self, job):
         """`scontrol show job`'s fields as a dict."""
@@ -219,3 +264,11 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         """What `--signal=B:SIG@N` does at N s before the limit."""
         self.run('scancel', '--batch', f'--signal={signum.name[3:]}',
                  str(job))
+
+
+def _zombie(pid):
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0] == 'Z'
+    except OSError:
+        return False
