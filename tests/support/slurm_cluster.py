@@ -8,6 +8,7 @@ state, logs and sockets in one folder, stopped by pid.
         cluster.wait(lambda: cluster.state(job) == 'RUNNING')
 """
 
+import fcntl
 import os
 import pathlib
 import re
@@ -37,19 +38,23 @@ def missing():
 
 def install(timeout=600):
     """Installs Slurm and munge with apt-get unless present; returns None,
-    or why it could not (a sentence)."""
-    if shutil.which('slurmctld') and shutil.which('munged'):
-        return None
-    env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
-    for command in (['apt-get', 'update'],
-                    ['apt-get', 'install', '-y', '--no-install-recommends',
-                     *PACKAGES]):
-        result = subprocess.run(
-            command, env=env, capture_output=True, text=True,
-            timeout=timeout)
-        if result.returncode:
-            return (f'`{" ".join(command)}` failed ({result.returncode}): '
-                    f'{result.stderr.strip()[-500:]}')
+    or why it could not (a sentence). Test processes running side by side
+    (xdist) install one after another."""
+    with open('/tmp/embodied-slurm-install.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if shutil.which('slurmctld') and shutil.which('munged'):
+            return None
+        env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
+        for command in (['apt-get', 'update'],
+                        ['apt-get', 'install', '-y', '-o',
+                         'DPkg::Lock::Timeout=300', '--no-install-recommends',
+                         *PACKAGES]):
+            result = subprocess.run(
+                command, env=env, capture_output=True, text=True,
+                timeout=timeout)
+            if result.returncode:
+                return (f'`{" ".join(command)}` failed ({result.returncode}):'
+                        f' {result.stderr.strip()[-500:]}')
     return None
 
 
@@ -60,14 +65,18 @@ def free_port():
 
 
 class Cluster:
-    """One node named after this host, 2+ CPUs, JobRequeue=1; the
-    controller checks time limits and signals every few seconds."""
+    """One node, `localhost`, with this machine's CPUs and half its
+    memory; JobRequeue=1."""
 
     def __init__(self, folder):
         self.folder = pathlib.Path(folder)
         self.procs = {}
         self.jobs = []
-        self.node = socket.gethostname().split('.')[0]
+        # The controller runs under this host's name (slurmctld checks
+        # it); the node is `localhost`, which resolves everywhere (the
+        # replicas recipe takes the node's name for the coordinator).
+        self.host = socket.gethostname().split('.')[0]
+        self.node = 'localhost'
 
     def __enter__(self):
         try:
@@ -104,7 +113,7 @@ class Cluster:
         memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
         (f / 'slurm.conf').write_text(f"""\
 ClusterName=embodied-test
-SlurmctldHost={self.node}(127.0.0.1)
+SlurmctldHost={self.host}(127.0.0.1)
 SlurmctldPort={free_port()}
 SlurmdPort={free_port()}
 SlurmUser=root
