@@ -3,7 +3,7 @@ loopback, daemons started here and stopped by pid): at the signal before
 the time limit the run saves, exits 0 and the job requeues itself and
 resumes from that save; `scancel` cancels; a failing run shows as FAILED
 with its exit code. Runs on CPU with the numpy test agent (one node) and
-the debug DreamerV3 (two replicas), each job lasting seconds."""
+the debug DreamerV3 (two replicas), each job lasting a minute or two."""
 
 import os
 import pathlib
@@ -18,11 +18,11 @@ import slurm_cluster
 
 EXAMPLES = launch.ROOT / 'examples'
 # The recipes' #SBATCH lines ask for a GPU node; these fit the test's node
-# (sbatch's command line overrides them). The signal comes 50 s before a
-# 1-minute limit, so about 10 s after the start (Slurm checks time limits
-# every few seconds).
-FIT = ('--gpus=0', '--mem=1G', '--cpus-per-task=1', '--time=1',
-       '--signal=B:USR1@50')
+# (sbatch's command line overrides them). The signal comes 70 s before a
+# 2-minute limit: Slurm looks at time limits about every 30 s, so 50-80 s
+# after the start, when the run has trained.
+FIT = ('--gpus=0', '--mem=1G', '--cpus-per-task=1', '--time=2',
+       '--signal=B:USR1@70')
 ONE_NODE = ('--configs', 'debug', '--agent_impl', 'testing', '--run.envs', 2,
             '--run.eval_envs', 0, '--run.steps', 1e9,
             '--run.save_every', 1e6, '--run.log_every', 1)
