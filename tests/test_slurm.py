@@ -5,7 +5,6 @@ resumes from that save; `scancel` cancels; a failing run shows as FAILED
 with its exit code. Runs on CPU with the numpy test agent (one node) and
 the debug DreamerV3 (two replicas), each job lasting a minute or two."""
 
-import os
 import pathlib
 import re
 import signal
@@ -53,8 +52,10 @@ def job_env(cluster, tmp_path, **extra):
     (venv / 'bin').mkdir(parents=True, exist_ok=True)
     (venv / 'bin' / 'activate').write_text(
         f'export PATH={pathlib.Path(sys.executable).parent}:$PATH\n')
-    return dict(cluster.env, **launch.env(), SLURM_CONF=cluster.env[
-        'SLURM_CONF'], VENV=str(venv), TASK='dummy_disc', **extra)
+    env = launch.env()
+    env.update(SLURM_CONF=cluster.env['SLURM_CONF'], VENV=str(venv),
+               TASK='dummy_disc', **extra)
+    return env
 
 
 def ended(cluster, job):

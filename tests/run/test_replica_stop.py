@@ -10,9 +10,9 @@ import launch
 from tests.run.test_replicas import (
     common_tag, finish, free_port, replica_flags)
 
-# Saves only at the start and at the stop.
 # A loss value the logger printed (its filter line names `train/loss/|`).
 LOSS = re.compile(r'train/loss/\w+ ')
+# Runs until stopped, saving only at the start and at the stop.
 PARALLEL = ('--script', 'parallel', '--run.steps', 1e6,
             '--run.save_every', 1e6)
 
@@ -53,6 +53,10 @@ def stop_and_check(procs, logdir, send):
 
 def test_sigterm_to_all_or_one_replica_saves_at_one_tag_and_resumes(
         tmp_path):
+    """Three launches on one logdir: SIGTERM to both replicas' process
+    groups; SIGTERM to replica 1's command alone (replica 0 stops because
+    it did); a launch that only resumes. Each resumes from the tag the one
+    before saved."""
     logdir = tmp_path / 'run'
 
     def to_every_process(procs):
