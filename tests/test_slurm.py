@@ -65,6 +65,14 @@ def ended(cluster, job):
         'OUT_OF_MEMORY') else None
 
 
+def still_running(cluster, job, out):
+    """True while the job runs (or waits to); fails, with the job's
+    output, once it ended."""
+    state = ended(cluster, job)
+    assert not state, (state, out.read_text()[-5000:] if out.exists() else '')
+    return True
+
+
 def requeued(cluster, job, times):
     """Waits until the job was requeued `times` times and runs again: a
     requeued job waits for its begin time, about 2 minutes ahead, which
@@ -132,8 +140,8 @@ def test_replicas_recipe_saves_at_one_tag_requeues_and_resumes(
         '--nodes=1', '--ntasks-per-node=2', '--gpus-per-node=0', '--mem=2G',
         '--cpus-per-task=1', '--time=30', f'--output={out}',
         EXAMPLES / 'slurm.sbatch', *REPLICAS, env=env, cwd=launch.ROOT)
-    cluster.wait(lambda: out.exists() and LOSS.search(out.read_text()),
-                 900, 'the replicas to train')
+    cluster.wait(lambda: still_running(cluster, job, out) and LOSS.search(
+        out.read_text()), 900, 'the replicas to train')
     cluster.signal_batch(job, signal.SIGUSR1)
     requeued(cluster, job, 1)
     text = out.read_text()
@@ -143,8 +151,8 @@ def test_replicas_recipe_saves_at_one_tag_requeues_and_resumes(
     assert 'The run exited 0.' in text, text[-3000:]
     tag = common_tag(logdir)
     assert tag and launch.saved_tags(logdir, 'agent')[-1] == tag, text[-3000:]
-    cluster.wait(lambda: out.read_text().count('Learner resumed') == 2,
-                 900, 'both replicas to resume')
+    cluster.wait(lambda: still_running(cluster, job, out) and out.read_text(
+        ).count('Learner resumed') == 2, 900, 'both replicas to resume')
     resumed = re.findall(r'Learner resumed the agent from the save at step '
                          r'(\d+)', out.read_text())
     assert resumed == [str(tag)] * 2, (resumed, tag)
