@@ -140,8 +140,8 @@ def test_replicas_recipe_saves_at_one_tag_requeues_and_resumes(
         '--nodes=1', '--ntasks-per-node=2', '--gpus-per-node=0', '--mem=2G',
         '--cpus-per-task=1', '--time=30', f'--output={out}',
         EXAMPLES / 'slurm.sbatch', *REPLICAS, env=env, cwd=launch.ROOT)
-    cluster.wait(lambda: still_running(cluster, job, out) and LOSS.search(
-        out.read_text()), 900, 'the replicas to train')
+    cluster.wait(lambda: still_running(cluster, job, out) and out.exists()
+                 and LOSS.search(out.read_text()), 900, 'the replicas to train')
     cluster.signal_batch(job, signal.SIGUSR1)
     requeued(cluster, job, 1)
     text = out.read_text()
