@@ -17,9 +17,9 @@ import slurm_cluster
 
 EXAMPLES = launch.ROOT / 'examples'
 # The recipes' #SBATCH lines ask for a GPU node; these fit the test's node
-# (sbatch's command line overrides them). The signal comes 70 s before a
-# 2-minute limit: Slurm looks at time limits about every 30 s, so 50-80 s
-# after the start, when the run has trained.
+# (sbatch's command line overrides them). The signal is asked for 70 s
+# before a 2-minute limit; Slurm looks at time limits about every 30 s and
+# sent it about 28 s after the start (2026-11-27), once the run stepped.
 FIT = ('--gpus=0', '--mem=1G', '--cpus-per-task=1', '--time=2',
        '--signal=B:USR1@70')
 ONE_NODE = ('--configs', 'debug', '--agent_impl', 'testing', '--run.envs', 2,
