@@ -31,7 +31,8 @@ def recipe_argv(tmp_path, name, *args, **environ):
     (venv / 'bin').mkdir(parents=True, exist_ok=True)
     (venv / 'bin' / 'activate').write_text(
         f'python() {{ printf "%s\\n" "$@" > {tmp_path}/argv; }}\n'
-        'srun() { "$@"; }\n'
+        f'srun() {{ echo "$SRUN_CPUS_PER_TASK" > {tmp_path}/srun_cpus; '
+        '"$@"; }\n'
         'scontrol() { printf "gpu-a17\\ngpu-a18\\n"; }\n')
     env = dict(os.environ, SLURM_JOB_ID='42', SLURM_JOB_NODELIST='gpu-a[17-18]',
                VENV=str(venv), **environ)
@@ -74,6 +75,11 @@ def test_slurm_recipe_without_arguments_runs_readmes_command(
     assert config.logdir.endswith('-42'), config.logdir  # The job id.
     if name == 'slurm.sbatch':
         assert config.jax.coordinator_address == 'gpu-a17:8476'
+
+
+def test_replicas_recipe_gives_srun_the_tasks_cpus(tmp_path):
+    recipe_argv(tmp_path, 'slurm.sbatch', SLURM_CPUS_PER_TASK='16')
+    assert (tmp_path / 'srun_cpus').read_text().strip() == '16'
 
 
 @pytest.mark.parametrize('name', ['slurm-one-node.sbatch', 'slurm.sbatch'])
