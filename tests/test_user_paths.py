@@ -177,7 +177,7 @@ NOT_RUN = {
     # docs/hosts.md: replicas need several commands at once (or a cluster);
     # tests/run/test_replicas.py runs two replicas on loopback and reads
     # both recipes.
-    'sbatch': 'needs a Slurm cluster',
+    'sbatch': 'needs a Slurm cluster (tests/test_slurm.py runs both recipes on one)',
     'kubectl': 'needs a Kubernetes cluster',
     'python -m embodied.main --configs cartpole --script train --logdir /shared/logdir/run1 --replica 0 --replicas 2 --jax.coordinator_address host0:8476':
         'one of several replicas started together',

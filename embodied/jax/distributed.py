@@ -156,6 +156,12 @@ def _initialize(address, index, count, timeout, jaxcfg):
     # A lost replica must not make JAX abort the others from inside its
     # client (with a message of its own): the watchdog ends them, naming it.
     jax.config.update('jax_enable_recoverability', True)
+    # JAX's preemption notifier (on by default) installs a C-level SIGTERM
+    # handler in `initialize` that takes the signal from Python's: the
+    # launcher's StopSignal would never run, and a SIGTERM from Slurm,
+    # Kubernetes or a user would not stop the run with a final save. The
+    # stop is agreed through the replicas' stop clock instead.
+    jax.config.update('jax_enable_preemption_service', False)
     try:
         jax.distributed.initialize(
             address, num_processes=count, process_id=index,

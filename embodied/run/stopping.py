@@ -56,10 +56,13 @@ class StopSignal:
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
             return  # A repeated SIGTERM: the stop is under way already.
+        # Set before printing: a second signal (a scheduler signals every
+        # process, a parent passes its copy on) can run this handler again
+        # inside the print.
         self.signum = signum
+        self.event.set()
         print(f'Received {signal.Signals(signum).name}: stopping after the '
               f'current step and saving.', flush=True)
-        self.event.set()
 
 
 def stop_reason(args, step, start, signal=None):

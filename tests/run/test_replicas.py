@@ -195,37 +195,6 @@ def _parse(argv, monkeypatch, environ):
     return main.parse(argv)
 
 
-def test_slurm_recipe_gives_replica_count_and_coordinator(
-        tmp_path, monkeypatch):
-    import os
-    import subprocess
-    fake = tmp_path / 'bin'
-    fake.mkdir()
-    (fake / 'scontrol').write_text(
-        '#!/bin/sh\nprintf "gpu-a17\\ngpu-a18\\n"\n')
-    (fake / 'srun').write_text(
-        f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done '
-        f'> {tmp_path}/argv\n')
-    for name in ('scontrol', 'srun'):
-        os.chmod(fake / name, 0o755)
-    (tmp_path / 'venv' / 'bin').mkdir(parents=True)
-    (tmp_path / 'venv' / 'bin' / 'activate').write_text('')
-    environ = dict(os.environ, PATH=f'{fake}:{os.environ["PATH"]}',
-                   SLURM_JOB_NODELIST='gpu-a[17-18]', SLURM_JOB_ID='42',
-                   LOGDIR=str(tmp_path / 'run'), VENV=str(tmp_path / 'venv'))
-    subprocess.run(
-        ['bash', EXAMPLES / 'slurm.sbatch'], env=environ, check=True,
-        timeout=60)
-    argv = (tmp_path / 'argv').read_text().splitlines()
-    assert argv[:3] == ['python', '-m', 'embodied.main'], argv
-    for procid in range(2):
-        config = _parse(argv[3:], monkeypatch, {
-            'SLURM_PROCID': procid, 'SLURM_NTASKS': 2})
-        assert (config.replica, config.replicas) == (procid, 2)
-        assert config.jax.coordinator_address == 'gpu-a17:8476'
-        assert config.logdir == str(tmp_path / 'run')
-
-
 def test_kubernetes_recipe_gives_replica_count_and_coordinator(monkeypatch):
     from ruamel.yaml import YAML
     docs = list(YAML(typ='safe').load_all(
