@@ -15,6 +15,8 @@ import pytest
 import launch
 import slurm_cluster
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = launch.ROOT / 'examples'
 # The recipes' #SBATCH lines ask for a GPU node; these fit the test's node
 # (sbatch's command line overrides them). The signal is asked for 70 s

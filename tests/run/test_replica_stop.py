@@ -6,9 +6,13 @@ launch resumes from that save."""
 import re
 import signal
 
+import pytest
+
 import launch
 from tests.run.test_replicas import (
     common_tag, finish, free_port, replica_flags)
+
+pytestmark = pytest.mark.slow
 
 # A loss value the logger printed (its filter line names `train/loss/|`).
 LOSS = re.compile(r'train/loss/\w+ ')
