@@ -256,27 +256,7 @@ def test_two_by_two_devices_equal_one_by_four(tmp_path):
             two[0][key], one[key], rtol=1e-3, atol=atol, err_msg=key)
 
 
-@pytest.mark.slow
-def test_two_replicas_parallel(tmp_path):
-    """--script parallel as two replicas: the agent (here its own process)
-    joins the run; both launchers stop after the same update and exit 0
-    with bit-identical parameters."""
-    logdir = tmp_path / 'run'
-    port = free_port()
-    procs = start(
-        tmp_path, logdir, port, '--script', 'parallel', '--run.steps', 200,
-        '--run.agent_process', True)
-    codes = finish(procs)
-    outputs = [proc.output() for proc in procs]
-    assert codes == [0, 0], '\n\n'.join(o[-3000:] for o in outputs)
-    assert digest(outputs[0]) == digest(outputs[1])
-    assert (logdir / 'ckpt' / 'replay' / '00001').exists()
-    # The step written last counts the env steps of both replicas: replica
-    # 0's own (final) plus replica 1's as the learners last exchanged them
-    # (when they stopped).
-    own = [final_own_step(logdir, replica) for replica in ('00000', '00001')]
-    written = launch.metrics(logdir)[-1]['step']
-    assert own[0] < written <= own[0] + own[1], (written, own)
+# --script parallel as two replicas: tests/run/test_replica_stop.py.
 
 
 def final_own_step(logdir, replica):
