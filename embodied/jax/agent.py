@@ -44,11 +44,19 @@ copy to the host runs in the background; the runners read them one update
 later, after dispatching the next update.
 
 Compiling ahead. Building the agent (with `jax.precompile`, the default)
-lowers and compiles `init_train`, `init_report`, `train` (batch_size x
-batch_length + replay_context) and `report` (batch_size x report_length +
-replay_context), and `init_policy` and `policy` at the sizes in
-`config.policy_batches` ({mode: [batch sizes]}, optional; `embodied.main`
-passes the sizes its runner uses), before any thread can call it.
+compiles the parameters' init and then `init_policy` and `policy` at the
+sizes in `config.policy_batches` ({mode: [batch sizes]}, optional;
+`embodied.main` passes the sizes its runner uses), and returns: the actor
+can act at once. A background thread ('AgentCompile') then compiles
+`init_train` and `train` (batch_size x batch_length + replay_context), then
+`init_report` and `report` (batch_size x report_length + replay_context):
+it lowers each under `TRACE_LOCK` and lets XLA compile outside it, holding
+no other lock. `init_train` and `train` wait until train is compiled,
+`init_report` and `report` until report is (`wait_compiled` polls it), so
+the learner trains while report still compiles. With several replicas all
+of this happens before the constructor returns (they meet at barriers
+while compiling). Every 30 s of compiling the agent prints what it
+compiles; `Compiled the agent in ...` ends it.
 `init_policy(n)` compiles the policy (mode train) for a size not compiled
 in any mode. A policy
 batch of n rows runs on the smallest compiled size >= n, padded with copies
@@ -78,9 +86,13 @@ the column "traces" says when a method can still trace (and take it).
     policy          any number of threads at    seed, params  a size above
                     once (run.actor_threads)                  all compiled
                                                               or a new mode
-    init_train,     one learner thread          state, seed   a new size
-    init_report
-    train, report   one learner thread          state, seed   new shapes
+    init_train,     one learner thread (waits   state, seed   a new size
+    init_report     until compiled ahead)
+    train, report   one learner thread (waits   state, seed   new shapes
+                    until compiled ahead)
+    wait_compiled   the learner thread          none          no
+    (compiling)     the agent's AgentCompile    state (to     train and
+                    thread, while built         run inits)    report, ahead
     stream          the learner thread          none          no
     policy_lag      the learner thread          params        no
     save            any thread (the actor's     state, seed   no
@@ -98,6 +110,7 @@ Construction is not thread-safe: build the agent before starting threads.
 import bisect
 import collections
 import functools
+import os
 import re
 import threading
 import time
@@ -200,9 +213,11 @@ class Agent(embodied.Agent):
         return jax.device_put(carry, self._policy_batch)
 
     def init_train(self, batch_size):
+        self._await_compiled('train')
         return self._init_train_carry(self._jit_init_train, batch_size)
 
     def init_report(self, batch_size):
+        self._await_compiled('report')
         return self._init_train_carry(self._jit_init_report, batch_size)
 
     def _init_train_carry(self, jitted, batch_size):
@@ -252,6 +267,7 @@ class Agent(embodied.Agent):
         `outs` and `metrics` are `fetch.Fetched` mappings that wait for the
         update when first read, so a caller that reads them after its next
         `train()` call keeps the device busy."""
+        self._await_compiled('train')
         data = self._prepare_batch(data, 'train')
         self._meet_before_first_run(
             self._jit_train, carry, data, _LOWERING_SEED)
@@ -266,6 +282,7 @@ class Agent(embodied.Agent):
         return carry, outs, metrics
 
     def report(self, carry, data):
+        self._await_compiled('report')
         data = self._prepare_batch(data, 'report')
         self._meet_before_first_run(
             self._jit_report, carry, data, _LOWERING_SEED)
@@ -375,7 +392,18 @@ class Agent(embodied.Agent):
         self.traces = collections.Counter()
         self._built = False
         self._collective_shapes = set()  # See _meet_before_first_run.
-        self._compiling = False  # Set by _compile_policy, under TRACE_LOCK.
+        self._compiling = False  # Set while compiling ahead, under TRACE_LOCK.
+        # Set once train (report) is compiled; the learner's calls wait.
+        self._compiled = {'train': threading.Event(),
+                          'report': threading.Event()}
+        self._compile_error = None
+        self._precompile = bool(
+            self.runtime.jit and config.jax.get('precompile', True))
+        self._progress = _CompileProgress()
+        if self._precompile:
+            print(f'Agent: compiling {self._compile_plan(config)}; '
+                  f'{_cache_text(self.runtime.cache_dir)}.', flush=True)
+            self._progress.start('the parameters')
         self._setup_shardings(model)
         with self._state_lock:
             self._state = self._init_state()
@@ -383,10 +411,11 @@ class Agent(embodied.Agent):
         self._jit_functions(model)
         with self._state_lock:
             self._publish_policy_params()
-        self._precompile = bool(
-            self.runtime.jit and config.jax.get('precompile', True))
         if self._precompile:
             self._compile_ahead()
+        else:
+            for event in self._compiled.values():
+                event.set()
         # Replicas start their first collective together: gloo gives up on
         # a peer that arrives more than 30 s later (e.g. still compiling).
         distributed.barrier('agent-built')
@@ -486,27 +515,104 @@ class Agent(embodied.Agent):
         return jax.jit(counted, **kwargs) if self.runtime.jit else counted
 
     def _compile_ahead(self):
-        """Compiles what the learner calls at the configured shapes and the
-        policy at `config.policy_batches` (see the module docstring)."""
+        """Compiles the policy at `config.policy_batches` now, then what the
+        learner calls at the configured shapes (see the module docstring):
+        in a background thread, or here with several replicas, which meet
+        at barriers while they compile."""
         config = self.config
-        start = time.monotonic()
-        if config.get('batch_size') and config.get('batch_length'):
-            self._compile_learner(config)
-        learner = time.monotonic() - start
         policy = {
             mode: sorted({int(x) for x in sizes}) for mode, sizes in
             dict(config.get('policy_batches', {})).items() if sizes}
-        if self.runtime.enable_policy:
-            for mode, sizes in policy.items():
-                self._compile_policy(sizes, [mode], announce=False)
-        policy = ', '.join(f'{m} {s}' for m, s in policy.items())
-        print(
-            f'Compiled the agent in {time.monotonic() - start:.1f} s '
-            f'(train and report {learner:.1f} s'
-            + (f'; policy at batch sizes {policy}' if policy else '')
-            + ').', flush=True)
+        if not self.runtime.enable_policy:
+            policy = {}
+        learner = bool(config.get('batch_size') and config.get('batch_length'))
+        text = ', '.join(f'{m} {s}' for m, s in policy.items())
+        self._progress.phase('the policy' if policy else 'train and report')
+        for mode, sizes in policy.items():
+            self._compile_policy(sizes, [mode], announce=False)
+        policy_seconds = self._progress.elapsed()
+        if policy and learner:
+            print(
+                f'Agent: the policy is compiled (batch sizes {text}) '
+                f'{policy_seconds:.1f} s after the start; train and report '
+                f'compile while it acts.', flush=True)
+
+        def compile_learner():
+            try:
+                if learner:
+                    self._compile_learner(config)
+            finally:
+                self._progress.stop()
+            total = self._progress.elapsed()
+            print(
+                f'Compiled the agent in {total:.1f} s (train and report '
+                f'{total - policy_seconds:.1f} s'
+                + (f'; policy at batch sizes {text}' if text else '')
+                + ').', flush=True)
+
+        if distributed.started() or not learner:
+            try:
+                compile_learner()
+            finally:
+                for event in self._compiled.values():
+                    event.set()
+            return
+        thread = threading.Thread(
+            target=self._background(compile_learner),
+            name='AgentCompile', daemon=True)
+        thread.start()
+
+    def _background(self, fn):
+        """`fn` for the compile thread: an error it raises is kept, and
+        raised again by the learner's next call (`_await_compiled`)."""
+        def run():
+            try:
+                fn()
+            except BaseException as e:
+                self._compile_error = e
+                print(f'Agent: compiling train and report failed: '
+                      f'{type(e).__name__}: {e}', flush=True)
+            finally:
+                for event in self._compiled.values():
+                    event.set()
+        return run
+
+    def _compile_plan(self, config):
+        """What building the agent compiles, in order, in words."""
+        parts = ['the parameters']
+        policy = {
+            mode: sorted({int(x) for x in sizes}) for mode, sizes in
+            dict(config.get('policy_batches', {})).items() if sizes}
+        if policy and self.runtime.enable_policy:
+            parts.append('the policy at batch sizes ' + ', '.join(
+                f'{m} {s}' for m, s in policy.items()))
+        if config.get('batch_size') and config.get('batch_length'):
+            where = ('' if distributed.started() else
+                     ' in the background while the policy acts')
+            parts.append(f'then train and report{where}')
+        return ', '.join(parts)
+
+    def wait_compiled(self, timeout=None):
+        """Whether `train` is compiled (and the learner may step), waiting
+        up to `timeout` seconds (None: until it is). Raises the error of a
+        failed compile."""
+        return self._await_compiled('train', timeout)
+
+    def _await_compiled(self, name, timeout=None):
+        done = self._compiled[name].wait(timeout)
+        if done and self._compile_error is not None:
+            raise RuntimeError(
+                f'Compiling {name} failed: '
+                f'{type(self._compile_error).__name__}: '
+                f'{self._compile_error}') from self._compile_error
+        return done
 
     def _compile_learner(self, config):
+        """Compiles `init_train` and `train`, then `init_report` and
+        `report`, marking each pair compiled. Each program is lowered under
+        `TRACE_LOCK` and compiled by XLA outside it (XLA releases the GIL),
+        so the actor's threads act meanwhile; no state lock is held while
+        XLA compiles, so saves and loads go on too."""
         batch = self._global_batch(int(config.batch_size))
         context = int(config.get('replay_context', 0))
         train_length = int(config.batch_length) + context
@@ -514,21 +620,34 @@ class Agent(embodied.Agent):
             'report_length', config.batch_length)) + context
         self._train_layout.check_batch(batch, 'batch_size')
         seed = _LOWERING_SEED
-        with self._state_lock:
-            state = self._state
-            for name, init, step, length in (
-                    ('train', self._jit_init_train, self._jit_train,
-                     train_length),
-                    ('report', self._jit_init_report, self._jit_report,
-                     report_length)):
-                init.lower(state, seed, batch).compile()
-                # A collective: replicas run it together, as gloo allows a
-                # late one 30 s (see _meet_before_first_run).
-                distributed.barrier(f'compiled-ahead-{name}')
-                carry = jax.device_put(
-                    init(state, seed, batch), self._train_batch)
-                data = self._zero_batch(batch, length)
-                step.lower(state, carry, data, seed).compile()
+        for name, init, step, length in (
+                ('train', self._jit_init_train, self._jit_train,
+                 train_length),
+                ('report', self._jit_init_report, self._jit_report,
+                 report_length)):
+            self._progress.phase(name)
+            state = self._state  # Only its shapes and layout are read.
+            self._lower(init, state, seed, batch).compile()
+            # A collective: replicas run it together, as gloo allows a
+            # late one 30 s (see _meet_before_first_run).
+            distributed.barrier(f'compiled-ahead-{name}')
+            with self._state_lock:
+                carry = init(self._state, seed, batch)
+            carry = jax.device_put(carry, self._train_batch)
+            data = self._zero_batch(batch, length)
+            self._lower(step, state, carry, data, seed).compile()
+            if name == 'train':  # Report's is set once the line is out.
+                self._compiled[name].set()
+
+    def _lower(self, jitted, *args):
+        """`jitted` lowered for `args` under `TRACE_LOCK` (a trace, not a
+        new shape the learner met)."""
+        with TRACE_LOCK:
+            self._compiling = True
+            try:
+                return jitted.lower(*args)
+            finally:
+                self._compiling = False
 
     def _compile_policy(self, sizes, modes, announce=True):
         """Compiles `init_policy` and `policy` (for stacked carries and for
@@ -825,6 +944,56 @@ class Agent(embodied.Agent):
         if bad:
             raise FloatingPointError(
                 f'{where}: non-finite metrics {", ".join(sorted(bad))}.')
+
+
+#: Seconds between the agent's lines while it compiles.
+PROGRESS_EVERY = 30
+
+
+class _CompileProgress:
+    """Prints what the agent compiles every `PROGRESS_EVERY` seconds, with
+    the seconds since compiling started, until `stop()`."""
+
+    def __init__(self):
+        self._start = None
+        self._what = ''
+        self._done = threading.Event()
+
+    def start(self, what):
+        self._start = time.monotonic()
+        self._what = what
+        threading.Thread(
+            target=self._report, name='AgentCompileProgress',
+            daemon=True).start()
+
+    def phase(self, what):
+        self._what = what
+
+    def elapsed(self):
+        return 0.0 if self._start is None else time.monotonic() - self._start
+
+    def stop(self):
+        self._done.set()
+
+    def _report(self):
+        while not self._done.wait(PROGRESS_EVERY):
+            print(f'Agent: compiling {self._what}, {self.elapsed():.0f} s '
+                  f'since compiling started.', flush=True)
+
+
+def _cache_text(path):
+    """The compilation cache at `path` in words: off, or whether it holds
+    programs (warm for those compiled before) or none (a cold start)."""
+    if not path:
+        return 'the compilation cache is off (EMBODIED_JAX_CACHE=off)'
+    try:
+        entries = sum(1 for _ in os.scandir(path))
+    except OSError:
+        entries = 0
+    if not entries:
+        return f'the compilation cache at {path} is empty (a cold start)'
+    return (f'the compilation cache at {path} holds {entries} entries '
+            f'(warm for programs compiled there before)')
 
 
 @jax.jit
