@@ -114,6 +114,7 @@ import os
 import re
 import threading
 import time
+import weakref
 
 import elements
 import jax
@@ -176,7 +177,8 @@ class Agent(embodied.Agent):
         from . import nets
         nets.COMPUTE_DTYPE = runtime.compute_dtype
         model = super().__new__(cls)
-        model.__init__(obs_space, act_space, config)
+        with TRACE_LOCK:  # Modules take ninjax's process-wide name scope.
+            model.__init__(obs_space, act_space, config)
         # An instance of the base, not of `cls`, so Python does not call
         # `cls.__init__` a second time on it.
         agent = super().__new__(Agent)
@@ -557,10 +559,12 @@ class Agent(embodied.Agent):
                 for event in self._compiled.values():
                     event.set()
             return
+        # Not a daemon: XLA cannot stop a compile, and a daemon thread that
+        # ends its compile while Python shuts down aborts the process.
         thread = threading.Thread(
-            target=self._background(compile_learner),
-            name='AgentCompile', daemon=True)
+            target=self._background(compile_learner), name='AgentCompile')
         thread.start()
+        _COMPILING.add(thread)
 
     def _background(self, fn):
         """`fn` for the compile thread: an error it raises is kept, and
@@ -592,11 +596,20 @@ class Agent(embodied.Agent):
             parts.append(f'then train and report{where}')
         return ', '.join(parts)
 
-    def wait_compiled(self, timeout=None):
-        """Whether `train` is compiled (and the learner may step), waiting
-        up to `timeout` seconds (None: until it is). Raises the error of a
-        failed compile."""
-        return self._await_compiled('train', timeout)
+    def wait_compiled(self, timeout=None, report=False):
+        """Whether `train` (with `report`, also `report`) is compiled, so
+        the learner may step, waiting up to `timeout` seconds (None: until
+        it is). Raises the error of a failed compile. Code that traces the
+        model itself (`nj.pure(agent.model.fn)`) outside `TRACE_LOCK` waits
+        with `report=True` first: ninjax's name scope is process-wide."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._await_compiled('train', timeout):
+            return False
+        if not report:
+            return True
+        left = None if deadline is None else max(
+            0.0, deadline - time.monotonic())
+        return self._await_compiled('report', left)
 
     def _await_compiled(self, name, timeout=None):
         done = self._compiled[name].wait(timeout)
@@ -948,6 +961,22 @@ class Agent(embodied.Agent):
 
 #: Seconds between the agent's lines while it compiles.
 PROGRESS_EVERY = 30
+
+#: The agents' background compile threads; Python waits for them at exit.
+_COMPILING = weakref.WeakSet()
+
+
+def _say_exit_waits():
+    """At exit (before Python joins the threads): one line when a compile
+    still runs, which the process waits for."""
+    alive = [t for t in list(_COMPILING) if t.is_alive()]
+    if alive:
+        print('Agent: waiting for train and report to finish compiling '
+              'before this process exits (XLA cannot stop a compile).',
+              flush=True)
+
+
+threading._register_atexit(_say_exit_waits)
 
 
 class _CompileProgress:

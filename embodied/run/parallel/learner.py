@@ -31,6 +31,7 @@ import functools
 import time
 
 import elements
+import psutil
 
 import embodied
 from embodied import rpc
@@ -109,6 +110,7 @@ def parallel_learner(agent, barrier, args):
     stream_eval = make_stream('eval') if args.eval_envs else None
     updates = collections.deque()
     pending = None  # The last update's (outs, metrics), read one update late.
+    finished = []  # Not empty once an update's results were read.
     carry = None
 
     def finish_update(outs, mets):
@@ -118,6 +120,11 @@ def parallel_learner(agent, barrier, args):
         with elements.timer.section('train_results'):
             agg.add(mets)
         link.count('train_seconds', time.monotonic() - start)
+        if not finished:
+            launched = psutil.Process().create_time()
+            print(f'First train step finished {time.time() - launched:.1f} '
+                  f's after launch.', flush=True)
+            finished.append(True)
         if 'replay' in outs:
             with elements.timer.section('replay_update'):
                 updates.append(updater.update(outs['replay']))
