@@ -124,6 +124,9 @@ def main(argv=None):
                      format_probe(probe, standalone)))
     device = speed['ours']['device'] if 'ours' in speed else platform
     table = render(args, device, rows, time.monotonic() - start)
+    for name, result in (('cold launch', run), ('relaunch', again)):
+        table += (f'\n\nThe first lines of the {name}:\n\n```\n'
+                  + '\n'.join(result['first_lines']) + '\n```')
     print(table, flush=True)
     if args.markdown:
         pathlib.Path(args.markdown).write_text(table + '\n')
@@ -189,8 +192,25 @@ def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
         first_train_s=(
             float(first_train[-1]) if first_train else float('nan')),
         gpu_busy=gpu.mean(*(w[0] for w in window)) if window else None)
+    values['first_lines'] = first_lines(output)
     print(f'parallel: {summary[-1]}', flush=True)
     return values
+
+
+FIRST_LINES = ('Launching ', 'Agent:', 'Launcher:', 'Compiled the agent',
+               'First env step', 'First train step')
+
+
+def first_lines(output):
+    """A launch's lines about its start, up to its `Compiled the agent`
+    line (for the docs' cold start and relaunch)."""
+    lines = []
+    for line in output.splitlines():
+        if line.startswith(FIRST_LINES):
+            lines.append(line)
+        if line.startswith('Compiled the agent'):
+            break
+    return lines
 
 
 class GpuUtilization:
