@@ -406,18 +406,22 @@ class Agent(embodied.Agent):
             print(f'Agent: compiling {self._compile_plan(config)}; '
                   f'{_cache_text(self.runtime.cache_dir)}.', flush=True)
             self._progress.start('the parameters')
-        self._setup_shardings(model)
-        with self._state_lock:
-            self._state = self._init_state()
-            self._select_policy_keys()
-        self._jit_functions(model)
-        with self._state_lock:
-            self._publish_policy_params()
-        if self._precompile:
-            self._compile_ahead()
-        else:
-            for event in self._compiled.values():
-                event.set()
+        try:
+            self._setup_shardings(model)
+            with self._state_lock:
+                self._state = self._init_state()
+                self._select_policy_keys()
+            self._jit_functions(model)
+            with self._state_lock:
+                self._publish_policy_params()
+            if self._precompile:
+                self._compile_ahead()
+            else:
+                for event in self._compiled.values():
+                    event.set()
+        except BaseException:
+            self._progress.stop()
+            raise
         # Replicas start their first collective together: gloo gives up on
         # a peer that arrives more than 30 s later (e.g. still compiling).
         distributed.barrier('agent-built')
@@ -625,7 +629,7 @@ class Agent(embodied.Agent):
         `report`, marking each pair compiled. Each program is lowered under
         `TRACE_LOCK` and compiled by XLA outside it (XLA releases the GIL),
         so the actor's threads act meanwhile; no state lock is held while
-        XLA compiles, so saves and loads go on too."""
+        XLA compiles, so saves, loads and train steps go on too."""
         batch = self._global_batch(int(config.batch_size))
         context = int(config.get('replay_context', 0))
         train_length = int(config.batch_length) + context
@@ -639,16 +643,20 @@ class Agent(embodied.Agent):
                 ('report', self._jit_init_report, self._jit_report,
                  report_length)):
             self._progress.phase(name)
-            state = self._state  # Only its shapes and layout are read.
-            self._lower(init, state, seed, batch).compile()
+            # The state lock while lowering only: once train runs, it
+            # donates the state's arrays, whose shapes lowering reads.
+            with self._state_lock:
+                lowered = self._lower(init, self._state, seed, batch)
+            lowered.compile()
             # A collective: replicas run it together, as gloo allows a
             # late one 30 s (see _meet_before_first_run).
             distributed.barrier(f'compiled-ahead-{name}')
-            with self._state_lock:
-                carry = init(self._state, seed, batch)
-            carry = jax.device_put(carry, self._train_batch)
             data = self._zero_batch(batch, length)
-            self._lower(step, state, carry, data, seed).compile()
+            with self._state_lock:
+                carry = jax.device_put(
+                    init(self._state, seed, batch), self._train_batch)
+                lowered = self._lower(step, self._state, carry, data, seed)
+            lowered.compile()
             if name == 'train':  # Report's is set once the line is out.
                 self._compiled[name].set()
 

@@ -104,7 +104,7 @@ def main(argv=None):
         logdir = tmp / 'run'
         run = run_parallel(args, platform, logdir, cache, args.seconds, 400)
         again = run_parallel(
-            args, platform, logdir, cache, args.relaunch_seconds, 800)
+            args, platform, logdir, cache, args.relaunch_seconds, 600)
         speed = agent_speeds(args, platform, tmp, cache)
         standalone = speed.get('ours', {}).get('train_rate')
         rows.append((f'parallel, {args.envs} envs, {args.seconds:g} s, '
@@ -173,8 +173,10 @@ def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
     print(f'parallel: {seconds:g} s at {" ".join(args.configs)}, '
           f'{args.envs} envs ...', flush=True)
     with GpuUtilization() as gpu:
+        # --quick stops at a step count; `seconds` bounds the wait then.
         output, _, _, lines, _ = throughput.launch(
-            ROOT, 'embodied.run.parallel', seconds, '--script', 'parallel',
+            ROOT, 'embodied.run.parallel', 900 if args.quick else seconds,
+            '--script', 'parallel',
             '--logdir', str(logdir), '--run.envs', args.envs, *flags,
             env=env, common=())
     first_train = re.findall(
