@@ -236,6 +236,11 @@ def launch_parallel(root, flags, cache, timeout, needed=tuple(PATTERNS),
             pass
         proc.wait()
         reader.join(10)
+    missing = [key for key in needed if key not in found]
+    if missing and (found or proc.returncode not in (None, -signal.SIGKILL)):
+        print(f'The launch in {root} ended (exit {proc.returncode}) '
+              f'without {", ".join(missing)}; its last lines:\n'
+              + ''.join(lines[-40:]), flush=True)
     if 'first_env' not in found and 'first_train' not in found:
         raise RuntimeError(
             f'The launch in {root} reached neither an env step nor a train '

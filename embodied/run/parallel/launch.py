@@ -224,10 +224,11 @@ class _Launch(save_and_stop.SaveAndStop):
 
         def line():
             workers = len(self.envs.slots)
+            waiting = (f'{workers} env worker{"s" if workers != 1 else ""} '
+                       f'wait for it; ' if workers else '')
             return (
                 f'Launcher: the agent is being built, its actor at {addr} '
-                f'serves once the policy is compiled; {workers} env '
-                f'worker{"s" if workers != 1 else ""} wait for it; waited '
+                f'serves once the policy is compiled; {waiting}waited '
                 f'{time.monotonic() - start:.0f} s so far.')
         return line
 
