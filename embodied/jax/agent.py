@@ -643,20 +643,18 @@ class Agent(embodied.Agent):
                 ('report', self._jit_init_report, self._jit_report,
                  report_length)):
             self._progress.phase(name)
-            # The state lock while lowering only: once train runs, it
-            # donates the state's arrays, whose shapes lowering reads.
-            with self._state_lock:
-                lowered = self._lower(init, self._state, seed, batch)
-            lowered.compile()
+            # Lowering reads only the state's shapes and layout, which stay
+            # valid after train donated its arrays: no state lock, so saves
+            # and train steps go on while this thread traces.
+            self._lower(init, self._state, seed, batch).compile()
             # A collective: replicas run it together, as gloo allows a
             # late one 30 s (see _meet_before_first_run).
             distributed.barrier(f'compiled-ahead-{name}')
             data = self._zero_batch(batch, length)
-            with self._state_lock:
+            with self._state_lock:  # Runs on the arrays of the moment.
                 carry = jax.device_put(
                     init(self._state, seed, batch), self._train_batch)
-                lowered = self._lower(step, self._state, carry, data, seed)
-            lowered.compile()
+            self._lower(step, self._state, carry, data, seed).compile()
             if name == 'train':  # Report's is set once the line is out.
                 self._compiled[name].set()
 
