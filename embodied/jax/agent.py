@@ -50,12 +50,17 @@ sizes in `config.policy_batches` ({mode: [batch sizes]}, optional;
 can act at once. A background thread ('AgentCompile') then compiles
 `init_train` and `train` (batch_size x batch_length + replay_context), then
 `init_report` and `report` (batch_size x report_length + replay_context):
-it lowers each under `TRACE_LOCK` and lets XLA compile outside it, holding
-no other lock. `init_train` and `train` wait until train is compiled,
+it lowers each under `TRACE_LOCK` and lets XLA compile outside it (the
+state lock only while it runs an init). Report compiles after train, not
+beside it: the learner's first step needs train alone, and two compiles
+at once would share the CPU cores and the GPU's autotuning. A process that
+exits meanwhile waits for the compile (XLA cannot stop one; a line says
+so). `init_train` and `train` wait until train is compiled,
 `init_report` and `report` until report is (`wait_compiled` polls it), so
-the learner trains while report still compiles. With several replicas all
-of this happens before the constructor returns (they meet at barriers
-while compiling). Every 30 s of compiling the agent prints what it
+the learner trains while report still compiles. Code that traces the
+model itself outside `TRACE_LOCK` calls `wait_compiled(report=True)`
+first. With several replicas all of this happens before the constructor
+returns (they meet at barriers while compiling). Every 30 s of compiling the agent prints what it
 compiles; `Compiled the agent in ...` ends it.
 `init_policy(n)` compiles the policy (mode train) for a size not compiled
 in any mode. A policy
