@@ -2,7 +2,7 @@
 agent's own speed, a cold launch at the default model size, and a policy
 probe in a second process, in one table.
 
-    python -m embodied.perf.gpu_check                # about 8 minutes
+    python -m embodied.perf.gpu_check                # about 8 minutes (GPU)
     EMBODIED_ORIGINAL_DREAMERV3=/path/to/dreamerv3 \\
         python -m embodied.perf.gpu_check            # plus the original's code
     python -m embodied.perf.gpu_check --quick        # `debug`, on CPU (CI)
@@ -32,6 +32,11 @@ Steps, each in fresh processes:
    the same device, alone and while a first process runs train steps back
    to back (each process gets `--memory_fraction` of the GPU's memory), and
    that train rate beside step 3's standalone one.
+
+On an H100 or H200 the steps are sized to about 8 minutes in all: 2
+minutes of run plus its start and cold compile, a 30-s relaunch, 50 train
+steps and 200 policy calls on the warm cache, at most 150 s at the default
+size, and a probe of 200 policy calls alone and 200 beside training.
 
 `--quick` runs the same steps at `debug` on the dummy task with 4 envs and
 short runs that stop at an env step count rather than after seconds, so a
