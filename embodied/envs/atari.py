@@ -82,8 +82,10 @@ class Atari(base.Env):
         self._ale_py = ale_py
         rom = _rom_path(name)
         with self.LOCK:
+            # Set before the first interface is made, which otherwise prints
+            # the ALE banner in every env process.
+            ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
             self.ale = ale_py.ALEInterface()
-            self.ale.setLoggerMode(ale_py.LoggerMode.Error)
             self.ale.setInt('random_seed', int(self.rng.integers(0, 2 ** 31)))
             self.ale.setFloat(
                 'repeat_action_probability', 0.25 if sticky else 0.0)

@@ -44,11 +44,24 @@ copy to the host runs in the background; the runners read them one update
 later, after dispatching the next update.
 
 Compiling ahead. Building the agent (with `jax.precompile`, the default)
-lowers and compiles `init_train`, `init_report`, `train` (batch_size x
-batch_length + replay_context) and `report` (batch_size x report_length +
-replay_context), and `init_policy` and `policy` at the sizes in
-`config.policy_batches` ({mode: [batch sizes]}, optional; `embodied.main`
-passes the sizes its runner uses), before any thread can call it.
+compiles the parameters' init and then `init_policy` and `policy` at the
+sizes in `config.policy_batches` ({mode: [batch sizes]}, optional;
+`embodied.main` passes the sizes its runner uses), and returns: the actor
+can act at once. A background thread ('AgentCompile') then compiles
+`init_train` and `train` (batch_size x batch_length + replay_context), then
+`init_report` and `report` (batch_size x report_length + replay_context):
+it lowers each under `TRACE_LOCK` and lets XLA compile outside it (the
+state lock only while it runs an init). Report compiles after train, not
+beside it: the learner's first step needs train alone, and two compiles
+at once would share the CPU cores and the GPU's autotuning. A process that
+exits meanwhile waits for the compile (XLA cannot stop one; a line says
+so). `init_train` and `train` wait until train is compiled,
+`init_report` and `report` until report is (`wait_compiled` polls it), so
+the learner trains while report still compiles. Code that traces the
+model itself outside `TRACE_LOCK` calls `wait_compiled(report=True)`
+first. With several replicas all of this happens before the constructor
+returns (they meet at barriers while compiling). Every 30 s of compiling the agent prints what it
+compiles; `Compiled the agent in ...` ends it.
 `init_policy(n)` compiles the policy (mode train) for a size not compiled
 in any mode. A policy
 batch of n rows runs on the smallest compiled size >= n, padded with copies
@@ -78,9 +91,13 @@ the column "traces" says when a method can still trace (and take it).
     policy          any number of threads at    seed, params  a size above
                     once (run.actor_threads)                  all compiled
                                                               or a new mode
-    init_train,     one learner thread          state, seed   a new size
-    init_report
-    train, report   one learner thread          state, seed   new shapes
+    init_train,     one learner thread (waits   state, seed   a new size
+    init_report     until compiled ahead)
+    train, report   one learner thread (waits   state, seed   new shapes
+                    until compiled ahead)
+    wait_compiled   the learner thread          none          no
+    (compiling)     the agent's AgentCompile    state (to     train and
+                    thread, while built         run inits)    report, ahead
     stream          the learner thread          none          no
     policy_lag      the learner thread          params        no
     save            any thread (the actor's     state, seed   no
@@ -98,9 +115,11 @@ Construction is not thread-safe: build the agent before starting threads.
 import bisect
 import collections
 import functools
+import os
 import re
 import threading
 import time
+import weakref
 
 import elements
 import jax
@@ -163,7 +182,8 @@ class Agent(embodied.Agent):
         from . import nets
         nets.COMPUTE_DTYPE = runtime.compute_dtype
         model = super().__new__(cls)
-        model.__init__(obs_space, act_space, config)
+        with TRACE_LOCK:  # Modules take ninjax's process-wide name scope.
+            model.__init__(obs_space, act_space, config)
         # An instance of the base, not of `cls`, so Python does not call
         # `cls.__init__` a second time on it.
         agent = super().__new__(Agent)
@@ -200,9 +220,11 @@ class Agent(embodied.Agent):
         return jax.device_put(carry, self._policy_batch)
 
     def init_train(self, batch_size):
+        self._await_compiled('train')
         return self._init_train_carry(self._jit_init_train, batch_size)
 
     def init_report(self, batch_size):
+        self._await_compiled('report')
         return self._init_train_carry(self._jit_init_report, batch_size)
 
     def _init_train_carry(self, jitted, batch_size):
@@ -252,6 +274,7 @@ class Agent(embodied.Agent):
         `outs` and `metrics` are `fetch.Fetched` mappings that wait for the
         update when first read, so a caller that reads them after its next
         `train()` call keeps the device busy."""
+        self._await_compiled('train')
         data = self._prepare_batch(data, 'train')
         self._meet_before_first_run(
             self._jit_train, carry, data, _LOWERING_SEED)
@@ -266,6 +289,7 @@ class Agent(embodied.Agent):
         return carry, outs, metrics
 
     def report(self, carry, data):
+        self._await_compiled('report')
         data = self._prepare_batch(data, 'report')
         self._meet_before_first_run(
             self._jit_report, carry, data, _LOWERING_SEED)
@@ -375,18 +399,34 @@ class Agent(embodied.Agent):
         self.traces = collections.Counter()
         self._built = False
         self._collective_shapes = set()  # See _meet_before_first_run.
-        self._compiling = False  # Set by _compile_policy, under TRACE_LOCK.
-        self._setup_shardings(model)
-        with self._state_lock:
-            self._state = self._init_state()
-            self._select_policy_keys()
-        self._jit_functions(model)
-        with self._state_lock:
-            self._publish_policy_params()
+        self._compiling = False  # Set while compiling ahead, under TRACE_LOCK.
+        # Set once train (report) is compiled; the learner's calls wait.
+        self._compiled = {'train': threading.Event(),
+                          'report': threading.Event()}
+        self._compile_error = None
         self._precompile = bool(
             self.runtime.jit and config.jax.get('precompile', True))
+        self._progress = _CompileProgress()
         if self._precompile:
-            self._compile_ahead()
+            print(f'Agent: compiling {self._compile_plan(config)}; '
+                  f'{_cache_text(self.runtime.cache_dir)}.', flush=True)
+            self._progress.start('the parameters')
+        try:
+            self._setup_shardings(model)
+            with self._state_lock:
+                self._state = self._init_state()
+                self._select_policy_keys()
+            self._jit_functions(model)
+            with self._state_lock:
+                self._publish_policy_params()
+            if self._precompile:
+                self._compile_ahead()
+            else:
+                for event in self._compiled.values():
+                    event.set()
+        except BaseException:
+            self._progress.stop()
+            raise
         # Replicas start their first collective together: gloo gives up on
         # a peer that arrives more than 30 s later (e.g. still compiling).
         distributed.barrier('agent-built')
@@ -486,27 +526,115 @@ class Agent(embodied.Agent):
         return jax.jit(counted, **kwargs) if self.runtime.jit else counted
 
     def _compile_ahead(self):
-        """Compiles what the learner calls at the configured shapes and the
-        policy at `config.policy_batches` (see the module docstring)."""
+        """Compiles the policy at `config.policy_batches` now, then what the
+        learner calls at the configured shapes (see the module docstring):
+        in a background thread, or here with several replicas, which meet
+        at barriers while they compile."""
         config = self.config
-        start = time.monotonic()
-        if config.get('batch_size') and config.get('batch_length'):
-            self._compile_learner(config)
-        learner = time.monotonic() - start
         policy = {
             mode: sorted({int(x) for x in sizes}) for mode, sizes in
             dict(config.get('policy_batches', {})).items() if sizes}
-        if self.runtime.enable_policy:
-            for mode, sizes in policy.items():
-                self._compile_policy(sizes, [mode], announce=False)
-        policy = ', '.join(f'{m} {s}' for m, s in policy.items())
-        print(
-            f'Compiled the agent in {time.monotonic() - start:.1f} s '
-            f'(train and report {learner:.1f} s'
-            + (f'; policy at batch sizes {policy}' if policy else '')
-            + ').', flush=True)
+        if not self.runtime.enable_policy:
+            policy = {}
+        learner = bool(config.get('batch_size') and config.get('batch_length'))
+        text = ', '.join(f'{m} {s}' for m, s in policy.items())
+        self._progress.phase('the policy' if policy else 'train and report')
+        for mode, sizes in policy.items():
+            self._compile_policy(sizes, [mode], announce=False)
+        policy_seconds = self._progress.elapsed()
+        if policy and learner:
+            print(
+                f'Agent: the policy is compiled (batch sizes {text}) '
+                f'{policy_seconds:.1f} s after the start; train and report '
+                f'compile while it acts.', flush=True)
+
+        def compile_learner():
+            try:
+                if learner:
+                    self._compile_learner(config)
+            finally:
+                self._progress.stop()
+            total = self._progress.elapsed()
+            print(
+                f'Compiled the agent in {total:.1f} s (train and report '
+                f'{total - policy_seconds:.1f} s'
+                + (f'; policy at batch sizes {text}' if text else '')
+                + ').', flush=True)
+
+        if distributed.started() or not learner:
+            try:
+                compile_learner()
+            finally:
+                for event in self._compiled.values():
+                    event.set()
+            return
+        # Not a daemon: XLA cannot stop a compile, and a daemon thread that
+        # ends its compile while Python shuts down aborts the process.
+        thread = threading.Thread(
+            target=self._background(compile_learner), name='AgentCompile')
+        thread.start()
+        _COMPILING.add(thread)
+
+    def _background(self, fn):
+        """`fn` for the compile thread: an error it raises is kept, and
+        raised again by the learner's next call (`_await_compiled`)."""
+        def run():
+            try:
+                fn()
+            except BaseException as e:
+                self._compile_error = e
+                print(f'Agent: compiling train and report failed: '
+                      f'{type(e).__name__}: {e}', flush=True)
+            finally:
+                for event in self._compiled.values():
+                    event.set()
+        return run
+
+    def _compile_plan(self, config):
+        """What building the agent compiles, in order, in words."""
+        parts = ['the parameters']
+        policy = {
+            mode: sorted({int(x) for x in sizes}) for mode, sizes in
+            dict(config.get('policy_batches', {})).items() if sizes}
+        if policy and self.runtime.enable_policy:
+            parts.append('the policy at batch sizes ' + ', '.join(
+                f'{m} {s}' for m, s in policy.items()))
+        if config.get('batch_size') and config.get('batch_length'):
+            where = ('' if distributed.started() else
+                     ' in the background while the policy acts')
+            parts.append(f'then train and report{where}')
+        return ', '.join(parts)
+
+    def wait_compiled(self, timeout=None, report=False):
+        """Whether `train` (with `report`, also `report`) is compiled, so
+        the learner may step, waiting up to `timeout` seconds (None: until
+        it is). Raises the error of a failed compile. Code that traces the
+        model itself (`nj.pure(agent.model.fn)`) outside `TRACE_LOCK` waits
+        with `report=True` first: ninjax's name scope is process-wide."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._await_compiled('train', timeout):
+            return False
+        if not report:
+            return True
+        left = None if deadline is None else max(
+            0.0, deadline - time.monotonic())
+        return self._await_compiled('report', left)
+
+    def _await_compiled(self, name, timeout=None):
+        done = self._compiled[name].wait(timeout)
+        if done and self._compile_error is not None:
+            raise RuntimeError(
+                f'Compiling {name} failed: '
+                f'{type(self._compile_error).__name__}: '
+                f'{self._compile_error}') from self._compile_error
+        return done
 
     def _compile_learner(self, config):
+        """Compiles `init_train` and `train`, then `init_report` and
+        `report`, marking each pair compiled. Each program is lowered under
+        `TRACE_LOCK` and compiled by XLA outside it (XLA releases the GIL),
+        so the actor's threads act meanwhile; no state lock is held while
+        XLA compiles, so saves, loads and train steps go on too."""
         batch = self._global_batch(int(config.batch_size))
         context = int(config.get('replay_context', 0))
         train_length = int(config.batch_length) + context
@@ -514,21 +642,36 @@ class Agent(embodied.Agent):
             'report_length', config.batch_length)) + context
         self._train_layout.check_batch(batch, 'batch_size')
         seed = _LOWERING_SEED
-        with self._state_lock:
-            state = self._state
-            for name, init, step, length in (
-                    ('train', self._jit_init_train, self._jit_train,
-                     train_length),
-                    ('report', self._jit_init_report, self._jit_report,
-                     report_length)):
-                init.lower(state, seed, batch).compile()
-                # A collective: replicas run it together, as gloo allows a
-                # late one 30 s (see _meet_before_first_run).
-                distributed.barrier(f'compiled-ahead-{name}')
+        for name, init, step, length in (
+                ('train', self._jit_init_train, self._jit_train,
+                 train_length),
+                ('report', self._jit_init_report, self._jit_report,
+                 report_length)):
+            self._progress.phase(name)
+            # Lowering reads only the state's shapes and layout, which stay
+            # valid after train donated its arrays: no state lock, so saves
+            # and train steps go on while this thread traces.
+            self._lower(init, self._state, seed, batch).compile()
+            # A collective: replicas run it together, as gloo allows a
+            # late one 30 s (see _meet_before_first_run).
+            distributed.barrier(f'compiled-ahead-{name}')
+            data = self._zero_batch(batch, length)
+            with self._state_lock:  # Runs on the arrays of the moment.
                 carry = jax.device_put(
-                    init(state, seed, batch), self._train_batch)
-                data = self._zero_batch(batch, length)
-                step.lower(state, carry, data, seed).compile()
+                    init(self._state, seed, batch), self._train_batch)
+            self._lower(step, self._state, carry, data, seed).compile()
+            if name == 'train':  # Report's is set once the line is out.
+                self._compiled[name].set()
+
+    def _lower(self, jitted, *args):
+        """`jitted` lowered for `args` under `TRACE_LOCK` (a trace, not a
+        new shape the learner met)."""
+        with TRACE_LOCK:
+            self._compiling = True
+            try:
+                return jitted.lower(*args)
+            finally:
+                self._compiling = False
 
     def _compile_policy(self, sizes, modes, announce=True):
         """Compiles `init_policy` and `policy` (for stacked carries and for
@@ -825,6 +968,72 @@ class Agent(embodied.Agent):
         if bad:
             raise FloatingPointError(
                 f'{where}: non-finite metrics {", ".join(sorted(bad))}.')
+
+
+#: Seconds between the agent's lines while it compiles.
+PROGRESS_EVERY = 30
+
+#: The agents' background compile threads; Python waits for them at exit.
+_COMPILING = weakref.WeakSet()
+
+
+def _say_exit_waits():
+    """At exit (before Python joins the threads): one line when a compile
+    still runs, which the process waits for."""
+    alive = [t for t in list(_COMPILING) if t.is_alive()]
+    if alive:
+        print('Agent: waiting for train and report to finish compiling '
+              'before this process exits (XLA cannot stop a compile).',
+              flush=True)
+
+
+threading._register_atexit(_say_exit_waits)
+
+
+class _CompileProgress:
+    """Prints what the agent compiles every `PROGRESS_EVERY` seconds, with
+    the seconds since compiling started, until `stop()`."""
+
+    def __init__(self):
+        self._start = None
+        self._what = ''
+        self._done = threading.Event()
+
+    def start(self, what):
+        self._start = time.monotonic()
+        self._what = what
+        threading.Thread(
+            target=self._report, name='AgentCompileProgress',
+            daemon=True).start()
+
+    def phase(self, what):
+        self._what = what
+
+    def elapsed(self):
+        return 0.0 if self._start is None else time.monotonic() - self._start
+
+    def stop(self):
+        self._done.set()
+
+    def _report(self):
+        while not self._done.wait(PROGRESS_EVERY):
+            print(f'Agent: compiling {self._what}, {self.elapsed():.0f} s '
+                  f'since compiling started.', flush=True)
+
+
+def _cache_text(path):
+    """The compilation cache at `path` in words: off, or whether it holds
+    programs (warm for those compiled before) or none (a cold start)."""
+    if not path:
+        return 'the compilation cache is off (EMBODIED_JAX_CACHE=off)'
+    try:
+        entries = sum(1 for _ in os.scandir(path))
+    except OSError:
+        entries = 0
+    if not entries:
+        return f'the compilation cache at {path} is empty (a cold start)'
+    return (f'the compilation cache at {path} holds {entries} entries '
+            f'(warm for programs compiled there before)')
 
 
 @jax.jit

@@ -17,6 +17,7 @@ from . import mesh as meshlib
 PLATFORMS = ('auto', 'cpu', 'cuda', 'gpu', 'tpu')
 DTYPES = ('auto', 'float32', 'bfloat16')  # float16 would need loss scaling
 
+AUTOTUNE = 1  # the original's XLA GPU autotune level (XLA's default: 4)
 CACHE_OFF = 'off'  # $EMBODIED_JAX_CACHE value that turns the cache off
 CACHE_GB = 4  # default bound of the cache folder
 # The XLA caches JAX keeps inside its persistent cache folder: the GPU
@@ -57,7 +58,7 @@ def setup(jaxcfg, logdir=None):
 
     `jaxcfg` holds the original's keys: platform, compute_dtype,
     policy_devices, train_devices, policy_mesh, train_mesh, mock_devices,
-    prealloc, jit, debug.
+    prealloc, jit, debug, autotune, deterministic.
     """
     _check_choice('jax.platform', jaxcfg.platform, PLATFORMS)
     if getattr(jaxcfg, 'coordinator_address', '') and not _distributed():
@@ -67,8 +68,9 @@ def setup(jaxcfg, logdir=None):
             'embodied.jax.distributed.start(config) before building the '
             'agent.')
     _check_choice('jax.compute_dtype', jaxcfg.compute_dtype, DTYPES)
+    flags = xla_flags(jaxcfg)
     with _lock:
-        _configure_before_start(jaxcfg)
+        _configure_before_start(jaxcfg, flags)
         import jax
         cache_dir = _enable_cache(jax, logdir)
         if jaxcfg.debug:
@@ -115,8 +117,46 @@ def _check_choice(key, value, choices):
             f"Unsupported {key} '{value}'; choose one of {', '.join(choices)}.")
 
 
-def _configure_before_start(jaxcfg):
-    """Sets what JAX only reads when its backends start (first device use)."""
+def xla_flags(jaxcfg):
+    """The XLA flags of `jax.autotune` and `jax.deterministic`, as the
+    original sets them on every run: {flag name: value}."""
+    level = getattr(jaxcfg, 'autotune', AUTOTUNE)
+    if isinstance(level, bool) or not isinstance(level, int) or not (
+            0 <= level <= 4):
+        raise ValueError(
+            f"jax.autotune must be an XLA GPU autotune level from 0 (off) "
+            f"to 4, not {level!r}.")
+    deterministic = getattr(jaxcfg, 'deterministic', True)
+    if not isinstance(deterministic, bool):
+        raise ValueError(
+            f'jax.deterministic must be True or False, not '
+            f'{deterministic!r}.')
+    return {
+        'xla_gpu_autotune_level': str(level),
+        'xla_gpu_deterministic_ops': str(deterministic).lower()}
+
+
+def add_xla_flags(flags, environ=None):
+    """Appends `flags` ({name: value}) to $XLA_FLAGS, leaving out every one
+    that $XLA_FLAGS sets already: the user's own flags win. Returns the
+    names added."""
+    environ = os.environ if environ is None else environ
+    current = environ.get('XLA_FLAGS', '')
+    present = {
+        word.lstrip('-').split('=', 1)[0] for word in current.split()}
+    added = [name for name in flags if name not in present]
+    if added:
+        environ['XLA_FLAGS'] = ' '.join(
+            [*current.split(), *(f'--{k}={flags[k]}' for k in added)])
+    if (flags.get('xla_gpu_deterministic_ops') == 'true'
+            and 'xla_gpu_deterministic_ops' in added):
+        environ.setdefault('TF_CUDNN_DETERMINISTIC', '1')
+    return added
+
+
+def _configure_before_start(jaxcfg, flags=None):
+    """Sets what JAX only reads when its backends start (first device use):
+    among them the XLA flags `flags` (XLA parses $XLA_FLAGS once)."""
     settings = dict(
         platform=jaxcfg.platform, mock=int(jaxcfg.mock_devices),
         prealloc=bool(jaxcfg.prealloc))
@@ -128,6 +168,8 @@ def _configure_before_start(jaxcfg):
                 f'{_applied["mock"]}; device settings apply once per process.')
         return
     _applied.update(settings)
+    if flags and not _backend_started():
+        add_xla_flags(flags)
     if not jaxcfg.prealloc:
         os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
     import jax

@@ -80,6 +80,10 @@ else:
     from embodied import main as mainlib
     config = mainlib.parse(['--logdir', logdir, *flags])
     agent = mainlib.make_agent(config)
+# A base that compiles train and report in the background: build counts
+# them too, as it does for a base that compiles them before returning.
+if hasattr(agent, 'wait_compiled'):
+    agent.wait_compiled(report=True)
 build = time.perf_counter() - start
 
 import jax

@@ -1,35 +1,52 @@
-"""One command for a GPU machine: the agent's own speed, the parallel
-runner on the GPU, and a relaunch from the compile cache, in one table.
+"""One command for a GPU machine: a cold parallel launch, a relaunch, the
+agent's own speed, a cold launch at the default model size, and a policy
+probe in a second process, in one table.
 
-    python -m embodied.perf.gpu_check                # about 8 minutes
+    python -m embodied.perf.gpu_check                # about 8 minutes (GPU)
     EMBODIED_ORIGINAL_DREAMERV3=/path/to/dreamerv3 \\
         python -m embodied.perf.gpu_check            # plus the original's code
-    python -m embodied.perf.gpu_check --quick        # `debug`, a minute on CPU
+    python -m embodied.perf.gpu_check --quick        # `debug`, on CPU (CI)
 
 Steps, each in fresh processes:
 
-1. `agent_speed` of our DreamerV3 at `--configs` (default `atari size12m`),
-   compiled from scratch into a new persistent cache: train steps/s alone,
-   policy p50 at batch 16, the cold build; with $EMBODIED_ORIGINAL_DREAMERV3
+1. `--script parallel` at `--configs` (default `atari size12m`) with
+   `--envs` envs and no eval envs for `--seconds`, on an empty compilation
+   cache, as a user's first launch meets it: seconds from launch to the
+   first env step and to the first finished train step, the agent's
+   compile seconds, env steps/s (whole run and steady), train steps/s and
+   the learner's rate as % of step 3's standalone rate, the policy batch
+   ms inside the runner (first request of a batch to its reply), and how
+   busy the GPU was over the steady window (`nvidia-smi`'s utilization,
+   polled; '–' without it).
+2. The same command again on the same logdir (a resume) for
+   `--relaunch_seconds`, on the now warm cache: the agent's compile
+   seconds and the first env step.
+3. `agent_speed` of our DreamerV3 at `--configs` on the warm cache: train
+   steps/s alone, policy p50 at batch 16; with $EMBODIED_ORIGINAL_DREAMERV3
    set, the same for the original's agent code on our base.
-2. `--script parallel` at `--configs` with `--envs` envs and no eval envs
-   for `--seconds`, on that cache: env steps/s (whole run and steady),
-   train steps/s and the learner's rate as % of step 1's standalone rate,
-   the policy batch ms inside the runner (first request of a batch to its
-   reply), and how busy the GPU was over the steady window
-   (`nvidia-smi`'s utilization, polled; '–' without it).
-3. The same command again on the same logdir (a resume) for
-   `--relaunch_seconds`: the seconds its agent took to compile (from the
-   cache) and from launch to the first env step.
+4. `--script parallel` at `--default_configs` (default `atari gpu`, the
+   default model size) on an empty cache of its own, ended after
+   `--default_seconds` (150) or once it compiled: compile seconds and the
+   first env step.
+5. A policy probe: policy p50 and p95 at batch 16 in a second process on
+   the same device, alone and while a first process runs train steps back
+   to back (each process gets `--memory_fraction` of the GPU's memory), and
+   that train rate beside step 3's standalone one.
+
+On an H100 or H200 the steps are sized to about 8 minutes in all: 2
+minutes of run plus its start and cold compile, a 30-s relaunch, 50 train
+steps and 200 policy calls on the warm cache, at most 150 s at the default
+size, and a probe of 200 policy calls alone and 200 beside training.
 
 `--quick` runs the same steps at `debug` on the dummy task with 4 envs and
 short runs that stop at an env step count rather than after seconds, so a
 slow compile on a busy machine cannot use up the run (the CI test runs it
-on CPU). `--markdown FILE` also writes the
-table.
+on CPU). `--markdown FILE` also writes the table.
 """
 
 import argparse
+import json
+import os
 import pathlib
 import re
 import shutil
@@ -41,6 +58,7 @@ import time
 import types
 
 from embodied.perf import agent_speed
+from embodied.perf import launch_time
 from embodied.perf import original
 from embodied.perf import throughput
 
@@ -53,14 +71,20 @@ def make_parser():
                         help='debug config, dummy task, short runs (CI)')
     parser.add_argument('--configs', nargs='+', default=['atari', 'size12m'])
     parser.add_argument('--envs', type=int, default=16)
-    parser.add_argument('--seconds', type=float, default=180)
+    parser.add_argument('--seconds', type=float, default=120)
     parser.add_argument('--relaunch_seconds', type=float, default=30)
     parser.add_argument('--train_steps', type=int, default=50)
     parser.add_argument('--policy_calls', type=int, default=200)
     parser.add_argument(
+        '--default_configs', nargs='+', default=['atari', 'gpu'])
+    parser.add_argument('--default_seconds', type=float, default=150)
+    parser.add_argument(
+        '--memory_fraction', type=float, default=0.4,
+        help='XLA_PYTHON_CLIENT_MEM_FRACTION of each probe process')
+    parser.add_argument(
         '--cache', default='',
         help='keep the compilation cache in this folder (default: a '
-             'temporary one); it must not exist yet, so the build is cold')
+             'temporary one); it must not exist yet, so the launch is cold')
     parser.add_argument('--markdown', default='')
     return parser
 
@@ -68,9 +92,10 @@ def make_parser():
 def main(argv=None):
     args = make_parser().parse_args(argv)
     if args.quick:
-        args.configs = ['debug']
+        args.configs = args.default_configs = ['debug']
         args.envs, args.seconds, args.relaunch_seconds = 4, 25, 20
         args.train_steps, args.policy_calls = 5, 20
+        args.default_seconds = 300  # On CPU; it ends once it compiled.
     gpu = shutil.which('nvidia-smi') is not None
     platform = 'cuda' if gpu else 'cpu'
     start = time.monotonic()
@@ -80,22 +105,33 @@ def main(argv=None):
         cache = pathlib.Path(args.cache) if args.cache else tmp / 'jaxcache'
         if cache.exists() and any(cache.iterdir()):
             sys.exit(f'--cache {cache}: the folder is not empty; the cold '
-                     f'build needs an empty cache.')
-        speed = agent_speeds(args, platform, tmp, cache)
-        rows += [(f'agent_speed: {name}', format_speed(result))
-                 for name, result in speed.items()]
+                     f'launch needs an empty cache.')
         logdir = tmp / 'run'
-        standalone = speed.get('ours', {}).get('train_rate')
         run = run_parallel(args, platform, logdir, cache, args.seconds, 400)
-        rows.append((f'parallel, {args.envs} envs, {args.seconds:g} s',
-                     format_run(run, standalone)))
         again = run_parallel(
-            args, platform, logdir, cache, args.relaunch_seconds, 800)
-        rows.append(('relaunch (resume, compile cache)',
+            args, platform, logdir, cache, args.relaunch_seconds, 600)
+        speed = agent_speeds(args, platform, tmp, cache)
+        standalone = speed.get('ours', {}).get('train_rate')
+        rows.append((f'parallel, {args.envs} envs, {args.seconds:g} s, '
+                     f'cold cache', format_run(run, standalone)))
+        rows.append(('relaunch (resume, warm cache)',
                      f"compile {again['compile_s']:.1f} s, first env step "
                      f"{again['first_step_s']:.1f} s after launch"))
+        rows += [(f'agent_speed: {name} (warm cache)', format_speed(result))
+                 for name, result in speed.items()]
+        default = run_default(args, platform, tmp)
+        rows.append((
+            f"parallel at {' '.join(args.default_configs)}, cold cache, "
+            f"at most {args.default_seconds:g} s", format_default(
+                default, args.default_seconds)))
+        probe = policy_probe(args, platform, tmp, cache)
+        rows.append(('policy in a second process, batch 16',
+                     format_probe(probe, standalone)))
     device = speed['ours']['device'] if 'ours' in speed else platform
     table = render(args, device, rows, time.monotonic() - start)
+    for name, result in (('cold launch', run), ('relaunch', again)):
+        table += (f'\n\nThe first lines of the {name}:\n\n```\n'
+                  + '\n'.join(result['first_lines']) + '\n```')
     print(table, flush=True)
     if args.markdown:
         pathlib.Path(args.markdown).write_text(table + '\n')
@@ -142,10 +178,14 @@ def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
     print(f'parallel: {seconds:g} s at {" ".join(args.configs)}, '
           f'{args.envs} envs ...', flush=True)
     with GpuUtilization() as gpu:
+        # --quick stops at a step count; `seconds` bounds the wait then.
         output, _, _, lines, _ = throughput.launch(
-            ROOT, 'embodied.run.parallel', seconds, '--script', 'parallel',
+            ROOT, 'embodied.run.parallel', 900 if args.quick else seconds,
+            '--script', 'parallel',
             '--logdir', str(logdir), '--run.envs', args.envs, *flags,
             env=env, common=())
+    first_train = re.findall(
+        r'First train step finished ([\d.]+) s after launch', output)
     summary = re.findall(r'\[Summary\] (.*)', output)
     if not summary:
         raise RuntimeError(f'no summary line:\n{output[-3000:]}')
@@ -156,9 +196,28 @@ def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
     values.update(
         steady_fps=throughput.steady_fps(lines),
         compile_s=float(compiled[-1]) if compiled else float('nan'),
+        first_train_s=(
+            float(first_train[-1]) if first_train else float('nan')),
         gpu_busy=gpu.mean(*(w[0] for w in window)) if window else None)
+    values['first_lines'] = first_lines(output)
     print(f'parallel: {summary[-1]}', flush=True)
     return values
+
+
+FIRST_LINES = ('Launching ', 'Agent:', 'Launcher:', 'Compiled the agent',
+               'First env step', 'First train step')
+
+
+def first_lines(output):
+    """A launch's lines about its start, up to its `Compiled the agent`
+    line (for the docs' cold start and relaunch)."""
+    lines = []
+    for line in output.splitlines():
+        if line.startswith(FIRST_LINES):
+            lines.append(line)
+        if line.startswith('Compiled the agent'):
+            break
+    return lines
 
 
 class GpuUtilization:
@@ -199,6 +258,167 @@ class GpuUtilization:
         return sum(inside) / len(inside) if inside else None
 
 
+def run_default(args, platform, tmp):
+    """A cold launch at `--default_configs` on an empty cache of its own,
+    ended once it compiled (or after `--default_seconds`): its first env
+    step and compile seconds (NaN for what it did not reach)."""
+    flags = ['--script', 'parallel', '--configs', *args.default_configs,
+             '--jax.platform', platform, '--logdir', str(tmp / 'default'),
+             '--run.log_every', '1e9', '--run.save_every', '1e9']
+    if args.quick:
+        flags += ['--task', 'dummy_disc', '--run.envs', '2',
+                  '--run.eval_envs', '0']
+    print(f"default size: a cold launch at {' '.join(args.default_configs)} "
+          f"for at most {args.default_seconds:g} s ...", flush=True)
+    return launch_time.launch_parallel(
+        ROOT, flags, tmp / 'default-cache', args.default_seconds,
+        needed=('first_env', 'compile'), platform=platform)
+
+
+# A probe process: `train` runs train steps back to back between two marks
+# the `policy` process leaves; `policy` times policy calls alone, then
+# while the other trains. Files in `folder` coordinate them.
+PROBE = r'''
+import json, pathlib, sys, tempfile, time
+import numpy as np
+role, flags, folder, calls, size = json.loads(sys.argv[1])
+folder = pathlib.Path(folder)
+from embodied import main as mainlib
+config = mainlib.parse(['--logdir', tempfile.mkdtemp(), *flags])
+agent = mainlib.make_agent(config)
+import jax
+rng = np.random.default_rng(0)
+
+def sample(space, shape):
+    if space.discrete:
+        return rng.integers(space.low, space.high, shape + space.shape).astype(
+            space.dtype)
+    return rng.normal(size=shape + space.shape).astype(space.dtype)
+
+def wait(name):
+    deadline = time.monotonic() + 900
+    while not (folder / name).exists():
+        assert time.monotonic() < deadline, f'no {name} mark'
+        time.sleep(0.05)
+
+if role == 'train':
+    B, T = config.batch_size, config.batch_length + config.replay_context
+    batch = {k: sample(v, (B, T)) for k, v in agent.spaces.items()}
+    for key in ('is_first', 'is_last', 'is_terminal'):
+        batch[key] = np.zeros((B, T), bool)
+    if 'consec' in batch:
+        batch['consec'] = np.zeros((B, T), np.int32)
+    stream = iter(agent.stream(iter(lambda: dict(batch), None)))
+    carry = agent.init_train(B)
+    for _ in range(3):
+        carry, _, _ = agent.train(carry, next(stream))
+    jax.block_until_ready(carry)
+    (folder / 'train_ready').touch()
+    wait('policy_alone_done')
+    start, steps = time.perf_counter(), 0
+    while not (folder / 'policy_done').exists():
+        carry, _, _ = agent.train(carry, next(stream))
+        steps += 1
+        if steps % 5 == 0:
+            jax.block_until_ready(carry)
+    jax.block_until_ready(carry)
+    rate = steps / (time.perf_counter() - start)
+    print('RESULT ' + json.dumps({'train_rate': rate}), flush=True)
+else:
+    obs = {k: sample(v, (size,)) for k, v in agent.obs_space.items()}
+    obs['is_first'] = np.zeros(size, bool)
+    carry = agent.init_policy(size)
+    for _ in range(5):
+        carry, _, _ = agent.policy(carry, obs)
+    wait('train_ready')
+
+    def latencies():
+        global carry
+        result = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            carry, _, _ = agent.policy(carry, obs)
+            result.append(1000 * (time.perf_counter() - start))
+        return result
+
+    alone = latencies()
+    (folder / 'policy_alone_done').touch()
+    time.sleep(1.0)  # The trainer's updates are queued on the device.
+    shared = latencies()
+    (folder / 'policy_done').touch()
+    figures = {}
+    for name, values in (('alone', alone), ('shared', shared)):
+        figures[f'{name}_p50'] = float(np.percentile(values, 50))
+        figures[f'{name}_p95'] = float(np.percentile(values, 95))
+    print('RESULT ' + json.dumps(figures), flush=True)
+'''
+
+
+def policy_probe(args, platform, tmp, cache):
+    """Policy latency at batch 16 in a second process, alone and while the
+    first one trains back to back, and that train rate."""
+    folder = tmp / 'probe'
+    folder.mkdir()
+    flags = ['--agent_impl', 'dreamerv3', '--configs', *args.configs,
+             '--jax.debug', 'False', '--jax.platform', platform]
+    env = {**os.environ, 'EMBODIED_JAX_CACHE': str(cache),
+           'PYTHONPATH': os.pathsep.join(
+               p for p in (str(ROOT), os.environ.get('PYTHONPATH', '')) if p),
+           'XLA_PYTHON_CLIENT_MEM_FRACTION': str(args.memory_fraction)}
+    if platform == 'cpu':
+        env['JAX_PLATFORMS'] = 'cpu'
+    print('probe: policy in a second process while the first trains ...',
+          flush=True)
+    # The policy process compiles no learner of its own meanwhile.
+    extra = {'train': [], 'policy': ['--jax.precompile', 'False']}
+    procs = {
+        role: subprocess.Popen(
+            [sys.executable, '-c', PROBE, json.dumps(
+                [role, [*flags, *extra[role]], str(folder),
+                 args.policy_calls, 16])],
+            cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
+        for role in ('train', 'policy')}
+    results = {}
+    try:
+        for role, proc in procs.items():
+            output, _ = proc.communicate(timeout=900)
+            lines = [x for x in output.splitlines()
+                     if x.startswith('RESULT ')]
+            if proc.returncode or not lines:
+                raise RuntimeError(
+                    f'probe {role}: exit {proc.returncode}:\n'
+                    f'{output[-3000:]}')
+            results.update(json.loads(lines[-1][len('RESULT '):]))
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    print(f'probe: {format_probe(results, None)}', flush=True)
+    return results
+
+
+def format_probe(probe, standalone):
+    alone = (f"{100 * probe['train_rate'] / standalone:.0f}% of the "
+             f"standalone {standalone:.2f}" if standalone else
+             'standalone rate unknown')
+    return (f"p50 {probe['shared_p50']:.2f} ms, p95 {probe['shared_p95']:.2f}"
+            f" ms while the other process trains at "
+            f"{probe['train_rate']:.2f} train steps/s ({alone}); alone p50 "
+            f"{probe['alone_p50']:.2f} ms, p95 {probe['alone_p95']:.2f} ms")
+
+
+def format_default(result, seconds):
+    compiled = (f"compile {result['compile']:.1f} s"
+                if result['compile'] == result['compile'] else
+                f'not compiled within {seconds:g} s')
+    first = (f"first env step {result['first_env']:.1f} s after launch"
+             if result['first_env'] == result['first_env'] else
+             f'no env step within {seconds:g} s')
+    return f'{compiled}, {first}'
+
+
 def format_speed(result):
     return (f"{result['train_rate']:.2f} train steps/s, policy p50 "
             f"{result['policy_p50_ms']:.2f} ms at batch 16, build "
@@ -217,7 +437,8 @@ def format_run(run, standalone):
             f"policy batch {run['policy_batch_ms']:.1f} ms of "
             f"{run['policy_batch_envs']:.1f} envs, GPU busy {busy}, compile "
             f"{run['compile_s']:.1f} s, first env step "
-            f"{run['first_step_s']:.1f} s")
+            f"{run['first_step_s']:.1f} s, first train step "
+            f"{run['first_train_s']:.1f} s after launch")
 
 
 def render(args, device, rows, seconds):

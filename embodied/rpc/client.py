@@ -314,11 +314,18 @@ def wait_limit(timeout):
     return f'giving up after {timeout} s, run.connect_timeout'
 
 
+def waiting_line(name, addr, waited, timeout):
+    """The line of a client still waiting for its server."""
+    return (f'{name}: waiting for the server at {addr}, waited '
+            f'{waited:.0f} s so far ({wait_limit(timeout)}).')
+
+
 def connect(addr, name, timeout=None, ipv6=None, report_every=None,
-            check=None, **kwargs):
+            check=None, report=None, **kwargs):
     """A connected `Client` for `addr`, or `Unreachable` after `timeout`
     seconds (None waits forever). Every `report_every` seconds of waiting it
-    prints whom it waits for; `check()`, if given, runs every 0.2 s of
+    prints whom it waits for (`report`, a line or a callable giving one,
+    instead of the plain line); `check()`, if given, runs every 0.2 s of
     waiting and may raise to give up. Extra kwargs go to the client
     (`maxinflight`, `autoconn`, `handshake`: the run's, see `auth`; None:
     portal's). `ipv6` defaults to `portal.setup()`'s."""
@@ -352,8 +359,8 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
         if next_report and now >= next_report:
             next_report = now + report_every
             if not client.socket.refusal:  # The socket reports a refusal.
-                print(f'{name}: waiting for the server at {addr} for '
-                      f'{now - start:.0f} s ({wait_limit(timeout)}).',
+                text = report() if callable(report) else report
+                print(text or waiting_line(name, addr, now - start, timeout),
                       flush=True)
 
 
@@ -452,9 +459,8 @@ class SyncClient:
                 raise _gave_up(name, timeout, addr, refusal, differs)
             if next_report and now >= next_report and not refusal:
                 next_report = now + report_every
-                print(f'{name}: waiting for the server at {addr} for '
-                      f'{now - start:.0f} s ({wait_limit(timeout)}'
-                      f').', flush=True)
+                print(waiting_line(name, addr, now - start, timeout),
+                      flush=True)
             backoff.wait(deadline=deadline, cap=None if refused else (
                 backofflib.NO_SERVER_WAIT))
 

@@ -36,9 +36,13 @@ def make_config(tmpdir, *flags, seed=0):
         report_length=config.report_length, replica=0, replicas=1)
 
 
-def make_agent(config):
+def make_agent(config, obs_space=OBS_SPACE, act_space=ACT_SPACE):
+    """The agent, once it compiled train and report in the background: the
+    tests trace its model directly (ninjax's name scope is process-wide)."""
     from embodied.agents.dreamerv3 import Agent
-    return Agent(OBS_SPACE, ACT_SPACE, config)
+    agent = Agent(obs_space, act_space, config)
+    assert agent.wait_compiled(600, report=True)
+    return agent
 
 
 def make_batch(config, length=None, seed=0):
@@ -332,7 +336,7 @@ def test_image_observations_train(tmp_path):
     config = make_config(tmp_path, '--jax.precompile', 'False')
     obs_space = dict(OBS_SPACE, image=elements.Space(np.uint8, (32, 32, 3)))
     act_space = {'action': elements.Space(np.float32, (2,), -1, 1)}
-    agent = Agent(obs_space, act_space, config)
+    agent = make_agent(config, obs_space, act_space)
     B, T = config.batch_size, config.batch_length + config.replay_context
     rng = np.random.default_rng(0)
     batch = make_batch(config)
@@ -350,9 +354,8 @@ def test_large_integer_observation_is_read_as_a_number(tmp_path):
     become a one-hot input or a categorical output of 2^31 classes."""
     config = make_config(tmp_path)
     from embodied.agents.dreamerv3 import Agent
-    agent = Agent(
-        {**OBS_SPACE, 'count': elements.Space(np.int32, (), 0)}, ACT_SPACE,
-        config)
+    agent = make_agent(
+        config, {**OBS_SPACE, 'count': elements.Space(np.int32, (), 0)})
     assert agent.obs_space['count'].dtype == np.int32
     sizes = {k: v.size for k, v in agent.save().items()}
     assert max(sizes.values()) < 1e6, max(sizes.items(), key=lambda x: x[1])

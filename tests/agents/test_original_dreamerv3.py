@@ -76,7 +76,11 @@ def agent(tmp_path_factory):
             replay_context=config.replay_context,
             report_length=config.report_length, replica=0, replicas=1)
         ctor = mainlib._import('dreamerv3.agent:Agent')
-        yield ctor(OBS, ACT, agent_config), ctor
+        agent = ctor(OBS, ACT, agent_config)
+        # The tests trace its modules directly; ninjax's name scope is
+        # process-wide and the agent compiles in the background.
+        assert agent.wait_compiled(600, report=True)
+        yield agent, ctor
 
 
 def make_batch(B, T, ext_space, seed=0):

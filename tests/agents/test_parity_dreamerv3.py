@@ -126,6 +126,9 @@ class Pair:
         from embodied.agents.dreamerv3 import Agent
         self.obs_space, self.config = obs_space, config
         self.ours = Agent(obs_space, ACT, config)
+        # Before the original's agent is built: ninjax's name scope is
+        # process-wide, and ours compiles train and report in the background.
+        assert self.ours.wait_compiled(600, report=True)
         self.theirs = mainlib._import('dreamerv3.agent:Agent')(
             obs_space, ACT, config)
         self.initial = self.ours.save()

@@ -284,3 +284,18 @@ def test_make_env_uses_the_atari100k_block(tmp_path):
     assert env.obs_space['image'].shape == (96, 96, 1)
     assert env.act_space['action'].high == 18
     env.close()
+
+
+def test_no_ale_banner_in_a_fresh_process():
+    """The first Atari env of a process prints nothing: ALE's banner would
+    come from every env worker of a parallel run."""
+    import subprocess
+    import sys
+    code = ('from embodied.envs.atari import Atari; '
+            'Atari("pong", size=(64, 64)).close()')
+    result = subprocess.run(
+        [sys.executable, '-c', code], capture_output=True, text=True,
+        timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'A.L.E' not in result.stdout + result.stderr
+    assert 'Stella' not in result.stdout + result.stderr

@@ -321,8 +321,11 @@ def test_compiled_ahead_nothing_traces_for_any_policy_batch_size():
         **make_config(), batch_size=4, batch_length=5, report_length=3,
         policy_batches={'train': [size]})
     agent = ToyAgent(OBS, ACT, config)
+    assert agent.wait_compiled(120)
+    assert agent._compiled['report'].wait(120)
     built = dict(agent.traces)
     assert built['policy'] >= 1 and built['train'] >= 1, built
+    assert built['report'] >= 1, built
     initial = agent.init_policy(size)
     rows = [jax.tree.map(lambda x: x[i], initial) for i in range(size)]
     with CountTraces() as counts:
@@ -347,6 +350,60 @@ def test_compiled_ahead_nothing_traces_for_any_policy_batch_size():
     # Row i took part in the calls with n > i: 2 * (size - i) of them.
     expected = [2 * (size - i) for i in range(size)]
     assert [int(r['count']) for r in rows] == expected
+
+
+def test_policy_acts_while_train_compiles(monkeypatch, capsys):
+    """Built with the learner's shapes, the agent returns once the policy
+    is compiled: the policy acts while train and report compile in the
+    background, and train waits until they are compiled."""
+    from embodied.jax import agent as agentlib
+    release = threading.Event()
+    original = agentlib.Agent._compile_learner
+
+    def held(self, config):
+        assert release.wait(120)
+        return original(self, config)
+    monkeypatch.setattr(agentlib.Agent, '_compile_learner', held)
+    config = elements.Config(
+        **make_config(), batch_size=4, batch_length=5, report_length=3,
+        policy_batches={'train': [2]})
+    agent = ToyAgent(OBS, ACT, config)
+    assert not agent.wait_compiled(0.1)
+    carry, act, _ = agent.policy(agent.init_policy(2), make_obs(2))
+    assert act['action'].shape == (2,)
+    assert agent.traces['train'] == 0
+    done = []
+    learner = threading.Thread(target=lambda: done.append(
+        agent.train(agent.init_train(4), make_batch(B=4, T=5))))
+    learner.start()
+    learner.join(0.5)
+    assert not done  # Waits for the compile.
+    release.set()
+    learner.join(120)
+    assert done and agent.wait_compiled(0)
+    assert agent._compiled['report'].wait(120)
+    out = capsys.readouterr().out
+    assert 'Agent: compiling the parameters, the policy at batch sizes ' \
+        'train [2], then train and report in the background' in out
+    assert 'Agent: the policy is compiled' in out
+    assert 'Compiled the agent in' in out
+
+
+def test_a_failed_background_compile_fails_the_learner(monkeypatch):
+    from embodied.jax import agent as agentlib
+
+    def broken(self, config):
+        raise MemoryError('out of device memory')
+    monkeypatch.setattr(agentlib.Agent, '_compile_learner', broken)
+    config = elements.Config(
+        **make_config(), batch_size=4, batch_length=5,
+        policy_batches={'train': [2]})
+    agent = ToyAgent(OBS, ACT, config)
+    with pytest.raises(RuntimeError, match='Compiling train failed: '
+                       'MemoryError: out of device memory'):
+        agent.wait_compiled(60)
+    with pytest.raises(RuntimeError, match='Compiling report failed'):
+        agent.init_report(4)
 
 
 def test_replicas_meet_before_a_collective_first_runs(monkeypatch):

@@ -12,22 +12,36 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_quick_check_gives_agent_speed_a_run_and_a_relaunch(tmp_path):
+def test_quick_check_gives_every_row(tmp_path):
+    """Each step of the check runs: the cold parallel launch, the relaunch,
+    agent_speed, the default-size cold launch and the policy probe."""
     table = tmp_path / 'table.md'
     result = subprocess.run(
         [sys.executable, '-m', 'embodied.perf.gpu_check', '--quick',
          '--markdown', str(table)], cwd=ROOT, capture_output=True, text=True,
-        timeout=900, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+        timeout=1500, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     text = table.read_text()
     assert text.startswith('gpu_check on cpu, --configs debug')
     rows = dict(re.findall(r'^\| ([^|]+) \| ([^|]+) \|$', text, re.M))
-    speed = rows['agent_speed: ours']
-    assert float(re.search(r'([\d.]+) train steps/s', speed).group(1)) > 0
     run = next(v for k, v in rows.items() if k.startswith('parallel, 4 envs'))
     assert float(re.search(r'(\d+) env steps/s', run).group(1)) > 0
     assert 'GPU busy –' in run  # No nvidia-smi here.
-    relaunch = rows['relaunch (resume, compile cache)']
+    first_env, first_train = (float(x) for x in re.search(
+        r'first env step ([\d.]+) s, first train step ([\d.]+) s', run
+    ).groups())
+    assert 0 < first_env and 0 < first_train
+    relaunch = rows['relaunch (resume, warm cache)']
     compile_s, first = re.search(
         r'compile ([\d.]+) s, first env step ([\d.]+) s', relaunch).groups()
-    assert 0 < float(compile_s) < float(first)
+    assert 0 < float(compile_s) and 0 < float(first)
+    speed = rows['agent_speed: ours (warm cache)']
+    assert float(re.search(r'([\d.]+) train steps/s', speed).group(1)) > 0
+    default = next(v for k, v in rows.items()
+                   if k.startswith('parallel at debug, cold cache'))
+    assert re.search(r'compile [\d.]+ s, first env step [\d.]+ s', default)
+    probe = rows['policy in a second process, batch 16']
+    figures = re.search(
+        r'p50 ([\d.]+) ms, p95 ([\d.]+) ms while the other process trains '
+        r'at ([\d.]+) train steps/s .*alone p50 ([\d.]+) ms', probe)
+    assert figures and all(float(x) > 0 for x in figures.groups()), probe

@@ -202,10 +202,12 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
         else:
             timeout = connections.connect_timeout(args, 'actor')
             timeout = timeout and 2 * timeout
+        # A launch's workers wait quietly for the actor at first: the
+        # launcher prints one line for all of them while the agent builds.
         try:
             return rpc.SyncClient.connect(
                 args.actor_addr, name, timeout, connections.ipv6(args),
-                report_every=args.wait_report,
+                report_every=args.wait_report if separate or lost else None,
                 handshake=connections.handshake(args), backoff=backoff)
         except rpc.Refused as e:
             raise ActorRefused(str(e)) from None

@@ -196,12 +196,15 @@ class _Launch(save_and_stop.SaveAndStop):
                 continue
             timeout = limit or connections.connect_timeout(self.args, role)
             addr = self.args[f'{role}_addr']
+            report = None
+            if role == 'actor' and not limit and timeout is None:
+                report = self._actor_wait_line(addr)
             try:
                 self.clients[role] = rpc.connect(
                     addr, f'Launcher{role.title()}', timeout,
                     connections.ipv6(self.args), self.args.wait_report,
                     check=None if limit else self._check,
-                    handshake=self.handshake)
+                    handshake=self.handshake, report=report)
             except rpc.Refused:
                 hint = remote_roles.secret_hint(self.args, self.secret_origin)
                 raise rpc.Refused(
@@ -212,6 +215,22 @@ class _Launch(save_and_stop.SaveAndStop):
                 raise rpc.Unreachable(
                     f'The {role} at {addr} did not come up within {timeout} '
                     f's (run.connect_timeout).') from None
+
+    def _actor_wait_line(self, addr):
+        """The launcher's one line while the actor of this launch is not up:
+        the agent is being built (it prints what it compiles), and the env
+        workers of this launch wait for it without lines of their own."""
+        start = time.monotonic()
+
+        def line():
+            workers = len(self.envs.slots)
+            waiting = (f'{workers} env worker{"s" if workers != 1 else ""} '
+                       f'wait for it; ' if workers else '')
+            return (
+                f'Launcher: the agent is being built, its actor at {addr} '
+                f'serves once the policy is compiled; {waiting}waited '
+                f'{time.monotonic() - start:.0f} s so far.')
+        return line
 
     def _call(self, role, method, *args, timeout=None):
         future = self.clients[role].call(method, *args)

@@ -1,6 +1,8 @@
 """The learner thread of the agent process: trains the shared agent.
 
     restore the agent (resume tag, or run.from_checkpoint); barrier.wait()
+    wait until the agent has compiled train (it compiles in the background
+    while the actor acts), then
     while not stopped:
         batch = next(train stream)          # replay 'sample_batch_train'
         carry, outs, metrics = agent.train(carry, batch)
@@ -29,6 +31,7 @@ import functools
 import time
 
 import elements
+import psutil
 
 import embodied
 from embodied import rpc
@@ -105,9 +108,10 @@ def parallel_learner(agent, barrier, args):
     stream_train = make_stream('train')
     stream_report = make_stream('report')
     stream_eval = make_stream('eval') if args.eval_envs else None
-    carry = agent.init_train(args.batch_size)
     updates = collections.deque()
     pending = None  # The last update's (outs, metrics), read one update late.
+    finished = []  # Not empty once an update's results were read.
+    carry = None
 
     def finish_update(outs, mets):
         """Reads an update's results (waiting for the device if it is not
@@ -116,6 +120,11 @@ def parallel_learner(agent, barrier, args):
         with elements.timer.section('train_results'):
             agg.add(mets)
         link.count('train_seconds', time.monotonic() - start)
+        if not finished:
+            launched = psutil.Process().create_time()
+            print(f'First train step finished {time.time() - launched:.1f} '
+                  f's after launch.', flush=True)
+            finished.append(True)
         if 'replay' in outs:
             with elements.timer.section('replay_update'):
                 updates.append(updater.update(outs['replay']))
@@ -126,6 +135,10 @@ def parallel_learner(agent, barrier, args):
         return agent.policy_lag() if hasattr(agent, 'policy_lag') else {}
 
     try:
+        # The first step waits for train to compile (the agent compiles it
+        # while the actor acts and the replay fills) or for a stop.
+        if wait_compiled(agent, stop):
+            carry = agent.init_train(args.batch_size)
         while True:
             with elements.timer.section('batch_next'):
                 batch = None if stop.is_set() else next(stream_train, None)
@@ -198,6 +211,18 @@ def parallel_learner(agent, barrier, args):
         for stream in sources.values():
             stream.close()
     return 0
+
+
+def wait_compiled(agent, stop, poll=0.2):
+    """Waits until the agent's train is compiled (`wait_compiled`, agents
+    that compile in the background); False when `stop` is set first."""
+    wait = getattr(agent, 'wait_compiled', None)
+    if wait is None:
+        return not stop.is_set()
+    while not wait(poll):
+        if stop.is_set():
+            return False
+    return True
 
 
 def batch_stream(args, source, stop, count, prefetch=4):
