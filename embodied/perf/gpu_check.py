@@ -2,7 +2,7 @@
 agent's own speed, a cold launch at the default model size, and a policy
 probe in a second process, in one table.
 
-    python -m embodied.perf.gpu_check                # about 8 minutes (GPU)
+    python -m embodied.perf.gpu_check                # 326 s on an H200 (2026-11-27)
     EMBODIED_ORIGINAL_DREAMERV3=/path/to/dreamerv3 \\
         python -m embodied.perf.gpu_check            # plus the original's code
     python -m embodied.perf.gpu_check --quick        # `debug`, on CPU (CI)
@@ -66,18 +66,31 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
 
 def make_parser():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(
+        description=' '.join(__doc__.split('\n\n')[0].split()),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument('--quick', action='store_true',
                         help='debug config, dummy task, short runs (CI)')
-    parser.add_argument('--configs', nargs='+', default=['atari', 'size12m'])
-    parser.add_argument('--envs', type=int, default=16)
-    parser.add_argument('--seconds', type=float, default=120)
-    parser.add_argument('--relaunch_seconds', type=float, default=30)
-    parser.add_argument('--train_steps', type=int, default=50)
-    parser.add_argument('--policy_calls', type=int, default=200)
+    parser.add_argument('--configs', nargs='+', default=['atari', 'size12m'],
+                        help='config blocks of the parallel runs and of '
+                             'agent_speed')
+    parser.add_argument('--envs', type=int, default=16,
+                        help='train envs of the parallel runs')
+    parser.add_argument('--seconds', type=float, default=120,
+                        help='length of the cold parallel run, from launch')
+    parser.add_argument('--relaunch_seconds', type=float, default=30,
+                        help='length of the relaunch')
+    parser.add_argument('--train_steps', type=int, default=50,
+                        help="agent_speed's timed train steps")
+    parser.add_argument('--policy_calls', type=int, default=200,
+                        help="agent_speed's and the probe's timed policy "
+                             'calls')
     parser.add_argument(
-        '--default_configs', nargs='+', default=['atari', 'gpu'])
-    parser.add_argument('--default_seconds', type=float, default=150)
+        '--default_configs', nargs='+', default=['atari', 'gpu'],
+        help='config blocks of the cold launch at the default model size')
+    parser.add_argument(
+        '--default_seconds', type=float, default=150,
+        help='the most that launch runs; it ends once it compiled')
     parser.add_argument(
         '--memory_fraction', type=float, default=0.4,
         help='XLA_PYTHON_CLIENT_MEM_FRACTION of each probe process')
@@ -85,7 +98,8 @@ def make_parser():
         '--cache', default='',
         help='keep the compilation cache in this folder (default: a '
              'temporary one); it must not exist yet, so the launch is cold')
-    parser.add_argument('--markdown', default='')
+    parser.add_argument('--markdown', default='',
+                        help='also write the table to this file')
     return parser
 
 
