@@ -574,6 +574,21 @@ class Agent(embodied.Agent):
             target=self._background(compile_learner), name='AgentCompile')
         thread.start()
         _COMPILING.add(thread)
+        self._compile_thread = thread
+
+    def finish_compiling(self):
+        """Waits for train and report to finish compiling in the background,
+        saying so when they still do. A role that holds the agent calls it
+        when its run has ended before them, while every thread of the
+        process still runs: a compile that ends during Python's shutdown,
+        with daemon threads being torn down, aborts the process."""
+        thread = getattr(self, '_compile_thread', None)
+        if thread is None or not thread.is_alive():
+            return
+        print('Agent: waiting for train and report to finish compiling '
+              'before this process exits (XLA cannot stop a compile).',
+              flush=True)
+        thread.join()
 
     def _background(self, fn):
         """`fn` for the compile thread: an error it raises is kept, and

@@ -56,6 +56,8 @@ def parallel_agent(make_agent, args):
         if learner.exitcode == 0 and not link.learner_stop.is_set():
             return 1  # The learner must only end when asked to.
         time.sleep(0.05)
+    # A run shorter than the agent's background compile ends here first.
+    getattr(agent, 'finish_compiling', lambda: None)()
     if args.replicas > 1:
         from embodied.jax import distributed
         distributed.finish()  # No replica leaves before the others.
