@@ -196,7 +196,10 @@ def run_command(logdir, script, *flags, name, timeout=240):
 @pytest.mark.slow
 @pytest.mark.parametrize('script', list(SCRIPT_FLAGS))
 def test_full_tmpfs_ends_with_one_line_and_a_rerun_resumes(tmp_path, script):
-    with small_tmpfs(tmp_path / 'disk') as disk:
+    # 2 MiB: the dummy env fills 1 MiB of replay chunks in about 2 s on an
+    # idle machine, before the first save after the start (run.save_every
+    # 2) could complete, which the checks below need.
+    with small_tmpfs(tmp_path / 'disk', size='2m') as disk:
         logdir = disk / 'run'
         code, output = run_command(
             logdir, script, '--run.steps', '1e9', name='full')

@@ -144,4 +144,7 @@ def test_two_hosts_a_killed_replica_is_named(hosts, tmp_path):
     output = procs[0].output()
     assert code == 1, output[-3000:]
     assert seconds < 60, seconds
-    assert re.search(r'replica 1 of 2 was lost', output), output[-3000:]
+    # Named by the watchdog, or by the collective the kill broke first.
+    assert re.search(
+        r'replica 1 of 2 was lost|lost contact with replica 1 of 2',
+        output), output[-3000:]
