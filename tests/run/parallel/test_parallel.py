@@ -252,7 +252,10 @@ def test_actor_serves_original_one_env_requests_next_to_rows(tmp_path):
     assert 'Reached run.steps (300)' in outputs[0]
     steps = re.findall(r'Original-style env 1 stepped (\d+) times', outputs[2])
     assert steps and int(steps[0]) >= 50, outputs[2][-2000:]
-    assert launch.latest_value(logdir, 'replay/workers') == 2
+    # Both env processes inserted in one logging window (in the last one,
+    # one of them may already have stopped).
+    assert max(row.get('replay/workers', 0)
+               for row in launch.metrics(logdir)) == 2
 
 
 def test_actor_batch_larger_than_envs_is_rejected(tmp_path):
