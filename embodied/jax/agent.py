@@ -96,6 +96,8 @@ the column "traces" says when a method can still trace (and take it).
     train, report   one learner thread (waits   state, seed   new shapes
                     until compiled ahead)
     wait_compiled   the learner thread          none          no
+    finish_compiling  the role holding the  none          no
+                    agent, once its run ended
     (compiling)     the agent's AgentCompile    state (to     train and
                     thread, while built         run inits)    report, ahead
     stream          the learner thread          none          no
