@@ -237,7 +237,9 @@ def test_actor_serves_original_one_env_requests_next_to_rows(tmp_path):
     both envs' steps arrive in order in the policy and the replay."""
     logdir = tmp_path / 'run'
     actor, = launch_ports(1)
-    flags = ('--run.steps', '300', '--run.envs', '2', '--run.eval_envs', '0',
+    # Long enough that our env process, which starts slower than the
+    # original's on a busy machine, steps too before the run ends.
+    flags = ('--run.steps', '3000', '--run.envs', '2', '--run.eval_envs', '0',
              '--run.actor_batch', '1', '--run.actor_addr', f'localhost:{actor}',
              '--run.auth', 'False')  # The original's env has no secret.
     main = start(logdir, '--run.remote_envs', 'True', *flags, name='main')
@@ -249,7 +251,7 @@ def test_actor_serves_original_one_env_requests_next_to_rows(tmp_path):
         script=launch.SUPPORT / 'original_env.py')
     runs = (main, ours, original)
     outputs = finish_all(runs)
-    assert 'Reached run.steps (300)' in outputs[0]
+    assert 'Reached run.steps (3000)' in outputs[0]
     steps = re.findall(r'Original-style env 1 stepped (\d+) times', outputs[2])
     assert steps and int(steps[0]) >= 50, outputs[2][-2000:]
     # Both env processes inserted in one logging window (in the last one,
