@@ -570,10 +570,13 @@ class Agent(embodied.Agent):
                 for event in self._compiled.values():
                     event.set()
             return
-        # Not a daemon: XLA cannot stop a compile, and a daemon thread that
-        # ends its compile while Python shuts down aborts the process.
+        # Never a daemon, even when the agent is built on a daemon thread
+        # (whose daemon flag a new thread inherits): XLA cannot stop a
+        # compile, and a daemon thread that ends its compile while Python
+        # shuts down aborts the process ('exception not rethrown').
         thread = threading.Thread(
-            target=self._background(compile_learner), name='AgentCompile')
+            target=self._background(compile_learner), name='AgentCompile',
+            daemon=False)
         thread.start()
         _COMPILING.add(thread)
         self._compile_thread = thread

@@ -2,6 +2,10 @@
 
 import collections
 import os
+import pathlib
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import types
@@ -16,6 +20,8 @@ import pytest
 import embodied
 import embodied.jax
 from embodied.jax import runtime as runtimelib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 OBS = {
     'x': elements.Space(np.float32, (3,)),
@@ -387,6 +393,43 @@ def test_policy_acts_while_train_compiles(monkeypatch, capsys):
         'train [2], then train and report in the background' in out
     assert 'Agent: the policy is compiled' in out
     assert 'Compiled the agent in' in out
+
+
+def test_a_process_ending_during_the_background_compile_waits_for_it():
+    """The agent built on a daemon thread (as the launcher's agent thread
+    is), and the process ending while train still compiles: it waits for
+    the compile and exits 0, instead of aborting in Python's shutdown."""
+    script = textwrap.dedent("""
+        import threading, time
+        import elements
+        from embodied.jax import agent as agentlib
+        from tests.jax import test_jax_agent as t
+        original = agentlib.Agent._compile_learner
+        def slow(self, config):
+            time.sleep(3)
+            return original(self, config)
+        agentlib.Agent._compile_learner = slow
+        config = elements.Config(
+            **t.make_config(), batch_size=4, batch_length=5,
+            report_length=3, policy_batches={'train': [2]})
+        built = threading.Event()
+        def build():
+            t.ToyAgent(t.OBS, t.ACT, config)
+            built.set()
+            time.sleep(600)
+        threading.Thread(target=build, daemon=True).start()
+        assert built.wait(120)
+        print('main ends', flush=True)
+    """)
+    result = subprocess.run(
+        [sys.executable, '-c', script], cwd=ROOT, capture_output=True,
+        text=True, timeout=180,
+        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert out.index('main ends') < out.index(
+        'Agent: waiting for train and report to finish compiling') < out.index(
+        'Compiled the agent in'), out
 
 
 def test_a_failed_background_compile_fails_the_learner(monkeypatch):
