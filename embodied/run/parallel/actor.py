@@ -1,4 +1,5 @@
-"""The actor thread of the agent process: serves `act` to the env workers.
+"""The actor thread of the agent role (by default inside the launcher's
+process): serves `act` to the env workers.
 
     act(obs rows of several envs) -> actions      (batched, see below)
         ActorRole.act (workfn): stack the carries of the envs,

@@ -1,5 +1,7 @@
-"""The agent process: one agent shared by the actor and learner threads, and
-the process's control plane for the launcher.
+"""The agent role: one agent shared by the actor and learner threads, and
+the role's control plane for the launcher. By default the role is a thread
+of the launcher's process; with `run.agent_process True` it is a process
+of its own. "The agent process" below means whichever process holds it.
 
     parallel_agent(make_agent, args):
         agent = make_agent(); link = AgentLink()

@@ -1,4 +1,5 @@
-"""The learner thread of the agent process: trains the shared agent.
+"""The learner thread of the agent role (by default inside the launcher's
+process): trains the shared agent.
 
     restore the agent (resume tag, or run.from_checkpoint); barrier.wait()
     wait until the agent has compiled train (it compiles in the background

@@ -1,4 +1,5 @@
-"""What the actor and learner threads of the agent process share."""
+"""What the actor and learner threads of the agent role share (a thread of
+the launcher by default, a process with `run.agent_process True`)."""
 
 import collections
 import dataclasses
