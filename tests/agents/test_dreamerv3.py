@@ -316,17 +316,18 @@ def test_mock_devices_split_policy_and_train(tmp_path):
 
 @pytest.mark.parametrize('script, flags', helpers.SCRIPTS)
 def test_runs_under_script_with_debug_config(tmp_path, script, flags):
+    """Trains (a loss in the metrics), then a SIGTERM ends the run with a
+    save. Under `parallel` the first update waits for train's background
+    compile, so the run goes on until it has trained."""
     logdir = tmp_path / 'run'
-    # Under pytest-timeout's 300 s, so a stuck run shows its output.
-    result = launch.run(
+    code, output = launch.run_until_logged(
         '--configs', 'debug', '--agent_impl', 'dreamerv3',
-        '--task', 'cartpole_balance', '--script', script,
-        '--run.steps', '150', '--logdir', logdir, *flags, timeout=600)
-    output = result.stdout
-    assert result.returncode == 0, output[-4000:]
-    metrics = (logdir / 'metrics.jsonl').read_text()
-    assert 'train/loss/dyn' in metrics, output[-4000:]
-    assert (logdir / 'ckpt').exists()
+        '--task', 'cartpole_balance', '--script', script, *flags,
+        logdir=logdir, key='train/loss/dyn', logfile=tmp_path / 'run.log')
+    assert code == 0, output[-4000:]
+    assert 'Traceback' not in output, output[-4000:]
+    tags = launch.saved_tags(logdir, 'agent')  # The save at the stop.
+    assert tags and tags[-1] > 0, (tags, output[-4000:])
 
 
 def test_image_observations_train(tmp_path):

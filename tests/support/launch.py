@@ -99,6 +99,23 @@ class Launch:
         self._file.close()
 
 
+def run_until_logged(*flags, logdir, key, logfile, timeout=600):
+    """Runs the command (with no step limit of its own) until its metrics
+    hold `key`, then stops it with SIGTERM as a user would; returns the
+    exit code and the output. A run ends when what a test checks has
+    happened, however busy the machine."""
+    proc = Launch(*flags, '--logdir', logdir, '--run.steps', '1e9',
+                  logfile=logfile)
+    try:
+        proc.wait_for(lambda: any(key in row for row in metrics(logdir)),
+                      timeout=timeout, what=f'{key} in the metrics')
+        proc.terminate()
+        code = proc.wait(180)
+    finally:
+        proc.kill()
+    return code, proc.output()
+
+
 def metrics(logdir, filename='metrics.jsonl'):
     path = pathlib.Path(logdir) / filename
     if not path.exists():

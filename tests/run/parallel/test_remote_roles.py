@@ -328,4 +328,6 @@ def test_main_command_through_the_original_main_ends_in_one_line(tmp_path):
     assert 'Traceback' not in output, output[-3000:]
     errors = [x for x in output.splitlines() if x.startswith('error: ')]
     assert len(errors) == 1, output[-3000:]
-    assert f'The replay at 127.0.0.1:{port} kept refusing' in errors[0]
+    # The launcher's connect or the learner's gives up first, whichever
+    # comes first on a busy machine; either line names the address.
+    assert f'at 127.0.0.1:{port} kept refusing' in errors[0], errors[0]
