@@ -121,9 +121,11 @@ def main(argv=None):
             sys.exit(f'--cache {cache}: the folder is not empty; the cold '
                      f'launch needs an empty cache.')
         logdir = tmp / 'run'
+        # --quick: 400 steps leave room for the first update; the relaunch
+        # resumes near there and needs only its first steps.
         run = run_parallel(args, platform, logdir, cache, args.seconds, 400)
         again = run_parallel(
-            args, platform, logdir, cache, args.relaunch_seconds, 600)
+            args, platform, logdir, cache, args.relaunch_seconds, 460)
         speed = agent_speeds(args, platform, tmp, cache)
         standalone = speed.get('ours', {}).get('train_rate')
         rows.append((f'parallel, {args.envs} envs, {args.seconds:g} s, '
