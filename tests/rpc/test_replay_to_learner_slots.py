@@ -1,5 +1,5 @@
-"""The shared-memory slots of the batch channel (`rpc.channel`): `SlotRing`
-and `SlotWriter`."""
+"""The shared-memory slots of replay -> learner
+(`rpc.replay_to_learner`): `SlotRing` and `SlotWriter`."""
 
 import errno
 import gc
@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from embodied.rpc import channel as slots
+from embodied.rpc import replay_to_learner as slots
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir(slots.SHM_DIR), reason=f'no {slots.SHM_DIR}')
