@@ -11,7 +11,8 @@ with `SlotWriter`); the slots are one file under /dev/shm (`SlotRing`).
     batches = consumer.receive(pending, rpc.result(pending.future))
     # None: the producer has nothing more (it shut down)
 
-    # Producer (the replay's method), one reply per slot named:
+    # Producer (the replay's method), one reply per slot named,
+    # {'slot': n} or {'batch': batch} (`slot_reply`, `batch_reply`):
     producer = Producer()
     def sample_batch_train(target=None):
         return producer.answer(target, make, layout, make_into)
@@ -25,7 +26,8 @@ ones in each request. The producer makes each batch in the slot where it
 can (`make_into(views)`, given `layout()`), else makes it and copies it
 there (`SlotWriter`), and replies with the slot number. Where a slot cannot
 take the batch (another machine, a layout that changed, no /dev/shm or too
-little room there) the batch itself comes back, and the consumer makes a
+little room there) the batch itself comes back (a reply says which it is:
+its one key, `SLOT` or `BATCH`, is its kind), and the consumer makes a
 ring for the new layout or stays on the socket, with a line saying why.
 The other direction, actor -> replay, is `actor_to_replay`.
 
@@ -59,6 +61,21 @@ MAX_PER_REQUEST = 4  # With prefetch 4, at most 16 batches sampled ahead.
 
 
 Pending = collections.namedtuple('Pending', 'future ring slots')
+
+# The reply for one slot a request names: a dict whose one key is its kind.
+# A key costs the wire a few bytes of the message's structure, no buffer.
+SLOT = 'slot'    # {SLOT: n}: the batch is in slot n.
+BATCH = 'batch'  # {BATCH: batch}: the slot could not take it; here it is.
+
+
+def slot_reply(slot):
+    """The reply saying the batch is in `slot`."""
+    return {SLOT: int(slot)}
+
+
+def batch_reply(batch):
+    """The reply carrying `batch` itself, for a slot that cannot take it."""
+    return {BATCH: batch}
 
 
 def batches_per_request(nbytes, prefetch):
@@ -116,15 +133,16 @@ class Consumer:
             self.ring.close()
 
     def _receive(self, reply, ring, slot):
-        if is_slot_reply(reply):
-            assert int(reply) == slot, (int(reply), slot)
+        if SLOT in reply:
+            assert int(reply[SLOT]) == slot, (reply[SLOT], slot)
             ring.unlink()  # The producer has it mapped now.
             self.on_shared()
             return ring.read(slot)
+        batch = reply[BATCH]
         ring.release(slot)
         if ring is self.ring:  # Not yet replaced after an earlier one.
-            self._fall_back(reply)
-        return reply
+            self._fall_back(batch)
+        return batch
 
     def _start_ring(self, data):
         self.shared = False  # One try per layout.
@@ -202,7 +220,8 @@ class Producer:
         there by `make_into(views)` where `layout()` (the next batch's,
         `(key, dtype.str, shape)` each) is known and fits the slot, else
         made by `make()` and copied; the batch itself where the slot cannot
-        take it. None (for the whole request) once a maker returns None."""
+        take it (`slot_reply`, `batch_reply`). None (for the whole request)
+        once a maker returns None."""
         if target is None:
             return make()
         replies = []
@@ -230,7 +249,7 @@ class Producer:
             return None
         if batch is not views:
             return self.writer.write(target, batch)  # The layout changed.
-        return int(target[1])
+        return slot_reply(target[1])
 
 
 # The slots: a ring of them for the consumer, the writer for the producer.
@@ -252,13 +271,6 @@ def layout_of(batch):
 def signature(layout):
     """A layout as one short string, compared by the server."""
     return ';'.join(f'{k}:{d}:{",".join(map(str, s))}' for k, d, s in layout)
-
-
-def is_slot_reply(reply):
-    """Whether a reply is a slot number rather than the data itself."""
-    return isinstance(reply, (int, np.integer)) or (
-        isinstance(reply, np.ndarray) and reply.ndim == 0 and
-        reply.dtype.kind in 'iu')
 
 
 def slot_bytes(layout):
@@ -425,15 +437,15 @@ class SlotWriter:
 
     def write(self, target, batch):
         """Writes `batch` into the slot a one-slot `target` (from `split`)
-        names and returns the slot number; returns `batch` itself when there
-        is no target or it cannot be used."""
+        names and returns its `slot_reply`; the `batch_reply` when there is
+        no target or it cannot be used."""
         layout = target is not None and layout_of(batch)
         views = layout and self.views(target, layout)
         if not views:
-            return batch
+            return batch_reply(batch)
         for key, view in views.items():
             np.copyto(view, batch[key])
-        return int(target[1])
+        return slot_reply(target[1])
 
     def views(self, target, layout):
         """Writable arrays in the slot a one-slot `target` names, one per

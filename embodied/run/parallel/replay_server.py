@@ -73,7 +73,8 @@ class ReplayRole:
         self.counts = collections.Counter()
         self.sums = {}  # Limiter wait seconds since the last metrics.
         self.sums_lock = threading.Lock()
-        self.producer = rpc.replay_to_learner.Producer()  # Batches into slots.
+        # Batches into the learner's slots.
+        self.producer = rpc.replay_to_learner.Producer()
         self._train_layout = functools.partial(
             embodied.streams.layout, self.stream_train)
         self._sample_train_into = lambda views: self._sample_train(
@@ -136,7 +137,7 @@ class ReplayRole:
         """One batch once the limiter allows; with a `target` (the learner's
         shared-memory slots, see `rpc.replay_to_learner`), one batch per
         slot, made there by the stream where it can (`layout`, `next_into`:
-        one copy from the replay's chunks), answered by slot numbers. None
+        one copy from the replay's chunks), answered by a slot reply each. None
         when released."""
         return self.producer.answer(
             target, self._sample_train, self._train_layout,

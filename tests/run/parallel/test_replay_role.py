@@ -126,7 +126,8 @@ def test_slot_batches_are_sampled_straight_into_the_slot(monkeypatch):
         for _ in range(10):
             slots = [ring.acquire(), ring.acquire()]
             replies = role.sample_batch_train(ring.target(slots))
-            assert replies == slots  # Slot numbers, not the batches.
+            assert replies == [  # Slot numbers, not the batches.
+                rpc.replay_to_learner.slot_reply(slot) for slot in slots]
             for slot in slots:
                 batch = ring.read(slot)
                 check_sequences(batch, [0, 1])
@@ -154,8 +155,9 @@ def test_slot_batches_of_a_grown_spec_are_sent_as_batches():
                      'extra': np.ones((BATCH, LENGTH), np.float32)})
         slot = ring.acquire()
         reply, = role.sample_batch_train(ring.target([slot]))
-        assert isinstance(reply, dict) and 'extra' in reply
-        check_sequences(reply, [0, 1])
+        sent = reply[rpc.replay_to_learner.BATCH]
+        assert 'extra' in sent
+        check_sequences(sent, [0, 1])
     finally:
         role.close()
         ring and ring.close()
@@ -178,7 +180,8 @@ def test_other_streams_are_sampled_then_copied():
             rpc.replay_to_learner.layout_of(role.sample_batch_train()), 2)
         assert problem is None, problem
         slot = ring.acquire()
-        assert role.sample_batch_train(ring.target([slot])) == [slot]
+        assert role.sample_batch_train(ring.target([slot])) == [
+            rpc.replay_to_learner.slot_reply(slot)]
         check_sequences(ring.read(slot), [0, 1])
     finally:
         role.close()
