@@ -30,6 +30,7 @@ starts there.
 * `replay_to_learner`: the replay's batches to the learner: the learner
   names shared-memory slots, the replay fills them in place, the socket
   where slots cannot be used.
+* `status`: the status codes of replies, for servers and clients.
 * `wire`: portal's message encoding with less CPU.
 * `workers`: processes and threads for the roles of a launch.
 * `supervisor`: starts the workers of a launch together and watches them;
@@ -44,6 +45,7 @@ from . import client
 from . import replay_to_learner
 from . import server
 from . import sockets
+from . import status
 from . import supervisor
 from . import workers
 from .addresses import PortTaken

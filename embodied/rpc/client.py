@@ -39,6 +39,7 @@ from portal import futures as portal_futures
 from . import addresses
 from . import auth
 from . import backoff as backofflib
+from . import status
 from . import wire
 
 _POLL_MS = 200
@@ -69,8 +70,8 @@ class RemoteError(RuntimeError):
     """The server's method raised while handling the request."""
 
 
-# Reply status codes of `server.Server` (portal raises RuntimeError for all).
-_ERRORS = {4: RemoteError, 5: BadRequest}
+# The errors of `server.Server`'s codes (portal raises RuntimeError for all).
+_ERRORS = {status.FAILED: RemoteError, status.BAD_INPUT: BadRequest}
 
 
 class ClientSocket(client_socket.ClientSocket):
@@ -285,9 +286,9 @@ class Client(portal.Client):
         return future
 
     def _recv(self, data):
-        status = int.from_bytes(data[8:16], 'little') if len(data) >= 16 else 0
-        error = _ERRORS.get(status)
-        if status == 0 and len(data) >= 16:
+        code = status.read(data) if len(data) >= 16 else status.OK
+        error = _ERRORS.get(code)
+        if code == status.OK and len(data) >= 16:
             future = self.futures.pop(bytes(data[:8]), None)
             if future:
                 future.set_result(wire.unpack(data[16:]))
@@ -491,11 +492,11 @@ class SyncClient:
             raise Refused(
                 auth.auth_mismatch(self.name, verdict[1], self.addr, False),
                 auth_differs=True)
-        status = int.from_bytes(reply[8:16], 'little')
-        if status == 0:
+        code = status.read(reply)
+        if code == status.OK:
             return wire.unpack(reply[16:])
         message = bytes(reply[16:]).decode('utf-8', 'replace')
-        raise _ERRORS.get(status, RemoteError)(message)
+        raise _ERRORS.get(code, RemoteError)(message)
 
     def close(self, timeout=None):
         if self.sock is not None:
