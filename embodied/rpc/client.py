@@ -207,15 +207,10 @@ class ClientSocket(client_socket.ClientSocket):
             if not isconn:
                 if not self.options.autoconn and not self.wantconn.wait(0.2):
                     continue
-                sock = self._connect()
+                sock = self._attach(poll)
                 if not sock:
                     break
-                poll.register(sock, select.POLLIN)
-                self.isconn.set()
                 isconn = True
-                if not self.options.autoconn:
-                    self.wantconn.clear()
-                [x() for x in self.callbacks_conn]
             try:
                 mask = select.POLLIN | (select.POLLOUT if self.sendq else 0)
                 poll.modify(sock, mask)
@@ -223,46 +218,73 @@ class ClientSocket(client_socket.ClientSocket):
                 if self.get_signal in ready:
                     os.read(self.get_signal, 4096)  # All wake-ups at once.
                 if ready.get(sock.fileno(), 0) & _READ:
-                    try:
-                        recvbuf.recv(sock)
-                        if recvbuf.done():
-                            if self.recvq.qsize() > self.options.max_recv_queue:
-                                raise RuntimeError(
-                                    'Too many incoming messages enqueued')
-                            msg = recvbuf.result()
-                            if self._refused_by(msg):
-                                raise ConnectionRefusedError('refused')
-                            if self.backoff.attempts:
-                                # A reply: a server that accepts and then
-                                # drops each connection keeps its back-off.
-                                self.backoff.reset()
-                            self.recvq.put(msg)
-                            [x(msg) for x in self.callbacks_recv]
-                            recvbuf = buffers.RecvBuffer(maxsize)
-                    except BlockingIOError:
-                        pass
+                    recvbuf = self._receive(sock, recvbuf)
                 if self.sendq:
-                    try:
-                        self.sendq[0].send(sock)
-                        if self.sendq[0].done():
-                            self.sendq.popleft()
-                    except BlockingIOError:
-                        pass
-                    except ConnectionResetError:
-                        pass  # Read what is left until recv fails.
+                    self._send_next(sock)
             except OSError as e:
-                detail = f'{type(e).__name__}: {e}' if str(e) else type(
-                    e).__name__
-                self._log(f'Connection to server lost ({detail})')
-                self.isconn.clear()
+                self._detach(poll, sock, e)
                 isconn = False
-                poll.unregister(sock)
-                sock.close()
-                self.sendq.clear()  # As portal: resends happen above this.
                 recvbuf = buffers.RecvBuffer(maxsize=maxsize)
-                [x() for x in self.callbacks_disc]
         if sock:
             sock.close()
+
+    def _attach(self, poll):
+        """Connects (`_connect`) and polls the new socket; None once the
+        client stopped first."""
+        sock = self._connect()
+        if not sock:
+            return None
+        poll.register(sock, select.POLLIN)
+        self.isconn.set()
+        if not self.options.autoconn:
+            self.wantconn.clear()
+        [x() for x in self.callbacks_conn]
+        return sock
+
+    def _receive(self, sock, recvbuf):
+        """Reads what `sock` has into `recvbuf` and hands on a message once
+        it is whole; returns the buffer for what comes next."""
+        try:
+            recvbuf.recv(sock)
+            if not recvbuf.done():
+                return recvbuf
+            if self.recvq.qsize() > self.options.max_recv_queue:
+                raise RuntimeError('Too many incoming messages enqueued')
+            msg = recvbuf.result()
+            if self._refused_by(msg):
+                raise ConnectionRefusedError('refused')
+            if self.backoff.attempts:
+                # A reply: a server that accepts and then drops each
+                # connection keeps its back-off.
+                self.backoff.reset()
+            self.recvq.put(msg)
+            [x(msg) for x in self.callbacks_recv]
+            return buffers.RecvBuffer(self.options.max_msg_size)
+        except BlockingIOError:
+            return recvbuf
+
+    def _send_next(self, sock):
+        """Sends what the socket takes of the first queued message."""
+        try:
+            self.sendq[0].send(sock)
+            if self.sendq[0].done():
+                self.sendq.popleft()
+        except BlockingIOError:
+            pass
+        except ConnectionResetError:
+            pass  # Read what is left until recv fails.
+
+    def _detach(self, poll, sock, error):
+        """After a lost connection: reports it, closes the socket and drops
+        what was queued."""
+        detail = f'{type(error).__name__}: {error}' if str(error) else type(
+            error).__name__
+        self._log(f'Connection to server lost ({detail})')
+        self.isconn.clear()
+        poll.unregister(sock)
+        sock.close()
+        self.sendq.clear()  # As portal: resends happen above this.
+        [x() for x in self.callbacks_disc]
 
     def _refused_by(self, msg):
         """Whether `msg` is a refusal (to a plain handshake of ours that
