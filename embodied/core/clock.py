@@ -5,6 +5,9 @@ of a multi-replica run must take together: after `setup(...)` with more than
 one replica, replica 0 serves the decisions and every replica (replica 0
 too) asks it, so all get the same answer for their n-th call of a clock.
 Without `setup` (or with one replica) a `GlobalClock` is a `LocalClock`.
+The server and the replicas' connections to it live above core, with the
+runners (`run/clock_server.py`), which install them here (`connect_with`):
+core imports neither the RPC layer nor the runners.
 """
 
 import threading
@@ -12,7 +15,8 @@ import time
 
 # Set by `setup` (or `use`) for a multi-replica run: where decisions come from.
 _LINK = None
-_SERVER = None
+# How `setup` connects the replicas; see `connect_with`.
+_CONNECT = None
 
 
 class LocalClock:
@@ -67,24 +71,6 @@ class GlobalClock(LocalClock):
         return bool(self.link.should(self.clockid, bool(skip)))
 
 
-class _RpcLink:
-    """Decisions from the clock server of `setup` (our RPC layer)."""
-
-    def __init__(self, client, replica, timeout):
-        self.client, self.replica, self.timeout = client, replica, timeout
-
-    def create(self, every, first):
-        return _ask(self.client, 'create', self.replica, every, first,
-                    timeout=self.timeout)
-
-    def should(self, clockid, skip):
-        return _ask(self.client, 'should', self.replica, clockid, skip,
-                    timeout=self.timeout)
-
-    def close(self):
-        self.client.close(1)
-
-
 def use(link):
     """Makes global clocks created from now on take their decisions from
     `link` (an object with `create(every, first) -> clockid` and
@@ -92,6 +78,15 @@ def use(link):
     ClockLink` over JAX's key-value store); None makes them local again."""
     global _LINK
     _LINK = link
+
+
+def connect_with(connect):
+    """Installs how `setup` connects a replica: `connect(is_server,
+    replica, replicas, port, addr, timeout)` returns a link for `use`
+    whose `close()` disconnects (and stops the server it started).
+    The runners' package installs its `clock_server.connect`."""
+    global _CONNECT
+    _CONNECT = connect
 
 
 def setup(is_server, replica, replicas, port, addr, timeout=600):
@@ -104,7 +99,7 @@ def setup(is_server, replica, replicas, port, addr, timeout=600):
     longer than `timeout` seconds for the others gets a TimeoutError naming
     the missing replicas. Does nothing for `replicas <= 1`.
     """
-    global _LINK, _SERVER
+    global _LINK
     if _LINK is not None:
         raise RuntimeError('embodied.clock.setup() was already called.')
     replicas, replica = int(replicas), int(replica)
@@ -113,47 +108,20 @@ def setup(is_server, replica, replicas, port, addr, timeout=600):
     if not 0 <= replica < replicas:
         raise ValueError(
             f'clock setup: replica {replica} is not in [0, {replicas}).')
-    from embodied import rpc  # Only multi-replica runs need the RPC layer.
-    if is_server:
-        _SERVER = _start_server(port, replicas, timeout)
-    client = rpc.connect(addr, f'ClockClient{replica}', timeout)
-    _LINK = _RpcLink(client, replica, timeout)
+    if _CONNECT is None:
+        raise RuntimeError(
+            'embodied.clock.setup() connects replicas through the runners '
+            '(run/clock_server.py), installed when embodied is imported.')
+    _LINK = _CONNECT(is_server, replica, replicas, port, addr, timeout)
 
 
 def close():
     """Disconnects from the clock server (and stops it on its replica);
     clocks created afterwards are local again."""
-    global _LINK, _SERVER
+    global _LINK
     if _LINK and hasattr(_LINK, 'close'):
         _LINK.close()
-    if _SERVER:
-        _SERVER.close()
-    _LINK = _SERVER = None
-
-
-def _ask(client, method, *args, timeout):
-    from embodied import rpc
-    # The server gives up after `timeout`; the margin covers the round trip.
-    future = client.call(method, *args)
-    try:
-        return rpc.result(future, timeout=timeout + 30)
-    except TimeoutError:
-        raise TimeoutError(
-            f'GlobalClock: no {method} decision from the clock server in '
-            f'{timeout + 30} s.') from None
-
-
-def _start_server(port, replicas, timeout):
-    import portal
-    from embodied import rpc
-    decider = Decider(replicas, timeout)
-    ipv6 = portal.context.serverkw.get('ipv6', False)
-    server = rpc.Server(port, 'ClockServer', ipv6=ipv6)
-    server.bind('create', decider.create)
-    # A `should` call blocks until its round is complete; each replica may
-    # have calls of several clocks waiting at once (e.g. from two threads).
-    server.bind('should', decider.should, workers=4 * replicas)
-    return server.start()
+    _LINK = None
 
 
 class Decider:

@@ -25,23 +25,27 @@ starts there.
 * `client`: portal's client on an event-driven socket loop, bounded
   connects and interruptible waits; `SyncClient`, without a thread, for
   one call at a time.
-* `channel`: batches between roles: a sender that joins sends while its
-  peer is busy, with back-pressure; the batch channel, where a consumer
-  names shared-memory slots, the producer fills them in place, the socket
+* `actor_to_replay`: the actor's writer to the replay: joins sends while
+  the replay is busy, with back-pressure.
+* `replay_to_learner`: the replay's batches to the learner: the learner
+  names shared-memory slots, the replay fills them in place, the socket
   where slots cannot be used.
+* `status`: the status codes of replies, for servers and clients.
 * `wire`: portal's message encoding with less CPU.
 * `workers`: processes and threads for the roles of a launch.
 * `supervisor`: starts the workers of a launch together and watches them;
   restarts crashed ones with back-off.
 """
 
+from . import actor_to_replay
 from . import addresses
 from . import auth
 from . import backoff
-from . import channel
 from . import client
+from . import replay_to_learner
 from . import server
 from . import sockets
+from . import status
 from . import supervisor
 from . import workers
 from .addresses import PortTaken

@@ -39,12 +39,12 @@ import os
 import secrets
 import socket
 
+from . import status
+
 PORTAL_HANDSHAKE = 'portal_handshake'  # What portal and opted-out peers send.
 ENV_VAR = 'EMBODIED_SECRET'
 _ENCODED = 'embodied-credentials-v1'
 VERDICT_REQNUM = b'\xff' * 8  # The verdict frame's request number.
-ACCEPTED = 0
-REFUSED = 6
 _MAX_VERDICT = 4096
 
 
@@ -140,8 +140,8 @@ def expects_verdict(handshake):
 def verdict_frame(accepted, server):
     """The frame a server sends after a token handshake; `server` is its
     name (e.g. `Actor`), for the peer's messages."""
-    status = ACCEPTED if accepted else REFUSED
-    body = VERDICT_REQNUM + status.to_bytes(8, 'little') + (
+    code = status.OK if accepted else status.REFUSED
+    body = VERDICT_REQNUM + status.header(code) + (
         server.encode('utf-8')[:256])
     return len(body).to_bytes(8, 'little') + body
 
@@ -151,8 +151,8 @@ def parse_verdict(message):
     is no verdict."""
     if len(message) < 16 or bytes(message[:8]) != VERDICT_REQNUM:
         return None
-    status = int.from_bytes(message[8:16], 'little')
-    return status == ACCEPTED, bytes(message[16:]).decode('utf-8', 'replace')
+    accepted = status.read(message) == status.OK
+    return accepted, bytes(message[16:]).decode('utf-8', 'replace')
 
 
 class NoVerdict(ConnectionError):

@@ -21,6 +21,7 @@ cost two thread hand-offs per call. A lost connection raises
 """
 
 import collections
+import functools
 import itertools
 import os
 import select
@@ -39,6 +40,7 @@ from portal import futures as portal_futures
 from . import addresses
 from . import auth
 from . import backoff as backofflib
+from . import status
 from . import wire
 
 _POLL_MS = 200
@@ -69,53 +71,107 @@ class RemoteError(RuntimeError):
     """The server's method raised while handling the request."""
 
 
-# Reply status codes of `server.Server` (portal raises RuntimeError for all).
-_ERRORS = {4: RemoteError, 5: BadRequest}
+# The errors of `server.Server`'s codes (portal raises RuntimeError for all).
+_ERRORS = {status.FAILED: RemoteError, status.BAD_INPUT: BadRequest}
+
+
+class Refusals:
+    """What a client knows of a server's refusals, each reported through
+    its `backoff` (one line per reason per `backoff.every` seconds)."""
+
+    def __init__(self, name, backoff):
+        self.name, self.backoff = name, backoff
+        self.message = None  # The line of the last refusal, while refused.
+        self.auth_differs = False  # Whether it was refused for run.auth.
+        self.no_verdicts = 0  # In a row (see `auth.NO_VERDICTS`).
+
+    def attempt(self, connect, addr):
+        """Calls `connect()` (a connected socket, or it raises as
+        `_handshake`) once: the socket, or None and the longest wait before
+        the next attempt (None after a refusal: the full back-off)."""
+        try:
+            sock = connect()
+        except auth.NoVerdict:
+            self.no_verdicts += 1
+            if self.no_verdicts < auth.NO_VERDICTS:
+                return None, backofflib.NO_SERVER_WAIT
+            self.report('', addr, own_auth=True)
+            return None, None
+        except Refused as e:
+            self.no_verdicts = 0
+            self.report(str(e), addr)
+            return None, None
+        except OSError:  # No server took the connection.
+            self.no_verdicts = 0
+            return None, backofflib.NO_SERVER_WAIT
+        self.no_verdicts, self.message = 0, None
+        return sock, None
+
+    def report(self, server, addr, own_auth=None):
+        """Reports a refusal: of the secret, or with `own_auth` (this
+        command's run.auth) of a run.auth that differs."""
+        self.auth_differs = own_auth is not None
+        if self.auth_differs:
+            self.message = auth.auth_mismatch(self.name, server, addr, own_auth)
+        else:
+            self.message = auth.refusal_message(self.name, server, addr)
+        self.backoff.report('refused', self.message, auth.still_refused(
+            self.name, server, addr))
+
+
+def connect_loop(attempts, refusals, pause):
+    """The connect loop of both clients: tries each `(addr, connect)` of
+    `attempts` through `refusals.attempt` until one gives a socket, which
+    it returns (None once `attempts` ends); `pause(cap)` waits between
+    attempts, at most `cap` seconds where no server answered (None: no
+    limit but the back-off's), and may raise to give up."""
+    for addr, connect in attempts:
+        sock, cap = refusals.attempt(connect, addr)
+        if sock is not None:
+            return sock
+        pause(cap)
+    return None
 
 
 class ClientSocket(client_socket.ClientSocket):
 
     def __init__(self, addr, name='Client', start=True, report_every=30,
                  **kwargs):
-        self.refusal = None  # The refusal message while refused.
-        self.auth_differs = False  # Whether it was refused for run.auth.
         self.backoff = backofflib.Backoff(every=report_every)
+        self.refusals = Refusals(name, self.backoff)
         super().__init__(addr, name, start, **kwargs)
 
     def _connect(self):
         # portal's connect loop, plus the verdict on a token handshake and
         # a growing wait between attempts instead of a fixed one.
+        return connect_loop(
+            self._attempts(), self.refusals,
+            lambda cap: self._sleep(self.backoff.next_delay(cap)))
+
+    def _attempts(self):
+        """The `(addr, connect)` of each attempt, while the client runs."""
         handshake = self.options.handshake
         verdict = auth.expects_verdict(handshake)
-        no_verdicts = 0  # In a row (see `auth.NO_VERDICTS`).
         while self.running:
             host, port = self.addr
             if portal_contextlib.context.resolver:
                 host, port = portal_contextlib.context.resolver((host, port))
             port = int(port)
             target = (host, port, 0, 0) if self.options.ipv6 else (host, port)
-            sock = self._create()
-            try:
-                _handshake(sock, target, handshake.encode('utf-8'), verdict)
-                sock.settimeout(0)
-                self.refusal = None
-                return sock
-            except auth.NoVerdict:
-                no_verdicts += 1
-                cap = backofflib.NO_SERVER_WAIT
-                if no_verdicts >= auth.NO_VERDICTS:
-                    self._report_refusal('', f'{host}:{port}', own_auth=True)
-                    cap = None
-            except Refused as e:
-                no_verdicts = 0
-                self._report_refusal(str(e), f'{host}:{port}')
-                cap = None
-            except (OSError, socket.gaierror):
-                no_verdicts = 0
-                cap = backofflib.NO_SERVER_WAIT
+            yield f'{host}:{port}', functools.partial(
+                self._open, target, handshake.encode('utf-8'), verdict)
+
+    def _open(self, target, handshake, verdict):
+        """A socket connected to `target` that made the handshake;
+        raises as `_handshake`."""
+        sock = self._create()
+        try:
+            _handshake(sock, target, handshake, verdict)
+        except BaseException:
             sock.close()
-            self._sleep(self.backoff.next_delay(cap))
-        return None
+            raise
+        sock.settimeout(0)
+        return sock
 
     def _sleep(self, seconds):
         deadline = time.monotonic() + seconds
@@ -151,15 +207,10 @@ class ClientSocket(client_socket.ClientSocket):
             if not isconn:
                 if not self.options.autoconn and not self.wantconn.wait(0.2):
                     continue
-                sock = self._connect()
+                sock = self._attach(poll)
                 if not sock:
                     break
-                poll.register(sock, select.POLLIN)
-                self.isconn.set()
                 isconn = True
-                if not self.options.autoconn:
-                    self.wantconn.clear()
-                [x() for x in self.callbacks_conn]
             try:
                 mask = select.POLLIN | (select.POLLOUT if self.sendq else 0)
                 poll.modify(sock, mask)
@@ -167,46 +218,73 @@ class ClientSocket(client_socket.ClientSocket):
                 if self.get_signal in ready:
                     os.read(self.get_signal, 4096)  # All wake-ups at once.
                 if ready.get(sock.fileno(), 0) & _READ:
-                    try:
-                        recvbuf.recv(sock)
-                        if recvbuf.done():
-                            if self.recvq.qsize() > self.options.max_recv_queue:
-                                raise RuntimeError(
-                                    'Too many incoming messages enqueued')
-                            msg = recvbuf.result()
-                            if self._refused_by(msg):
-                                raise ConnectionRefusedError('refused')
-                            if self.backoff.attempts:
-                                # A reply: a server that accepts and then
-                                # drops each connection keeps its back-off.
-                                self.backoff.reset()
-                            self.recvq.put(msg)
-                            [x(msg) for x in self.callbacks_recv]
-                            recvbuf = buffers.RecvBuffer(maxsize)
-                    except BlockingIOError:
-                        pass
+                    recvbuf = self._receive(sock, recvbuf)
                 if self.sendq:
-                    try:
-                        self.sendq[0].send(sock)
-                        if self.sendq[0].done():
-                            self.sendq.popleft()
-                    except BlockingIOError:
-                        pass
-                    except ConnectionResetError:
-                        pass  # Read what is left until recv fails.
+                    self._send_next(sock)
             except OSError as e:
-                detail = f'{type(e).__name__}: {e}' if str(e) else type(
-                    e).__name__
-                self._log(f'Connection to server lost ({detail})')
-                self.isconn.clear()
+                self._detach(poll, sock, e)
                 isconn = False
-                poll.unregister(sock)
-                sock.close()
-                self.sendq.clear()  # As portal: resends happen above this.
                 recvbuf = buffers.RecvBuffer(maxsize=maxsize)
-                [x() for x in self.callbacks_disc]
         if sock:
             sock.close()
+
+    def _attach(self, poll):
+        """Connects (`_connect`) and polls the new socket; None once the
+        client stopped first."""
+        sock = self._connect()
+        if not sock:
+            return None
+        poll.register(sock, select.POLLIN)
+        self.isconn.set()
+        if not self.options.autoconn:
+            self.wantconn.clear()
+        [x() for x in self.callbacks_conn]
+        return sock
+
+    def _receive(self, sock, recvbuf):
+        """Reads what `sock` has into `recvbuf` and hands on a message once
+        it is whole; returns the buffer for what comes next."""
+        try:
+            recvbuf.recv(sock)
+            if not recvbuf.done():
+                return recvbuf
+            if self.recvq.qsize() > self.options.max_recv_queue:
+                raise RuntimeError('Too many incoming messages enqueued')
+            msg = recvbuf.result()
+            if self._refused_by(msg):
+                raise ConnectionRefusedError('refused')
+            if self.backoff.attempts:
+                # A reply: a server that accepts and then drops each
+                # connection keeps its back-off.
+                self.backoff.reset()
+            self.recvq.put(msg)
+            [x(msg) for x in self.callbacks_recv]
+            return buffers.RecvBuffer(self.options.max_msg_size)
+        except BlockingIOError:
+            return recvbuf
+
+    def _send_next(self, sock):
+        """Sends what the socket takes of the first queued message."""
+        try:
+            self.sendq[0].send(sock)
+            if self.sendq[0].done():
+                self.sendq.popleft()
+        except BlockingIOError:
+            pass
+        except ConnectionResetError:
+            pass  # Read what is left until recv fails.
+
+    def _detach(self, poll, sock, error):
+        """After a lost connection: reports it, closes the socket and drops
+        what was queued."""
+        detail = f'{type(error).__name__}: {error}' if str(error) else type(
+            error).__name__
+        self._log(f'Connection to server lost ({detail})')
+        self.isconn.clear()
+        poll.unregister(sock)
+        sock.close()
+        self.sendq.clear()  # As portal: resends happen above this.
+        [x() for x in self.callbacks_disc]
 
     def _refused_by(self, msg):
         """Whether `msg` is a refusal (to a plain handshake of ours that
@@ -214,21 +292,10 @@ class ClientSocket(client_socket.ClientSocket):
         verdict = auth.parse_verdict(msg)
         if verdict is None or verdict[0]:
             return False
-        self._report_refusal(
+        self.refusals.report(
             verdict[1], f'{self.addr[0]}:{self.addr[1]}', own_auth=False)
         self._sleep(self.backoff.next_delay())
         return True
-
-    def _report_refusal(self, server, addr, own_auth=None):
-        """Reports a refusal: of the secret, or with `own_auth` (this
-        command's run.auth) of a run.auth that differs."""
-        self.auth_differs = own_auth is not None
-        if self.auth_differs:
-            self.refusal = auth.auth_mismatch(self.name, server, addr, own_auth)
-        else:
-            self.refusal = auth.refusal_message(self.name, server, addr)
-        self.backoff.report('refused', self.refusal, auth.still_refused(
-            self.name, server, addr))
 
 
 class Client(portal.Client):
@@ -285,9 +352,9 @@ class Client(portal.Client):
         return future
 
     def _recv(self, data):
-        status = int.from_bytes(data[8:16], 'little') if len(data) >= 16 else 0
-        error = _ERRORS.get(status)
-        if status == 0 and len(data) >= 16:
+        code = status.read(data) if len(data) >= 16 else status.OK
+        error = _ERRORS.get(code)
+        if code == status.OK and len(data) >= 16:
             future = self.futures.pop(bytes(data[:8]), None)
             if future:
                 future.set_result(wire.unpack(data[16:]))
@@ -350,31 +417,30 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
         now = time.monotonic()
         try:
             if deadline is not None and now >= deadline:
-                raise _gave_up(name, timeout, addr, client.socket.refusal,
-                               client.socket.auth_differs)
+                raise _gave_up(name, timeout, addr, client.socket.refusals)
             check and check()
         except BaseException:
             client.close(1)
             raise
         if next_report and now >= next_report:
             next_report = now + report_every
-            if not client.socket.refusal:  # The socket reports a refusal.
+            if not client.socket.refusals.message:  # Reported by the socket.
                 text = report() if callable(report) else report
                 print(text or waiting_line(name, addr, now - start, timeout),
                       flush=True)
 
 
-def _gave_up(name, timeout, addr, refused, auth_differs):
+def _gave_up(name, timeout, addr, refusals):
     """The error of a client that found no server, or was refused (for its
-    secret or its run.auth), until run.connect_timeout."""
-    if not refused:
+    secret or its run.auth, see `refusals`), until run.connect_timeout."""
+    if not refusals.message:
         return Unreachable(f'{name}: no server at {addr} after {timeout} s '
                            f'(run.connect_timeout).')
-    what = ('its run.auth differs' if auth_differs else
-            'its run secret differs')
+    differs = refusals.auth_differs
+    what = 'its run.auth differs' if differs else 'its run secret differs'
     return Refused(f'{name}: gave up after {timeout} s (run.connect_timeout): '
                    f'the server at {addr} kept refusing this command: {what} '
-                   f'(see above).', auth_differs=auth_differs)
+                   f'(see above).', auth_differs=differs)
 
 
 def result(future, stop=None, timeout=None, poll=0.1, report_every=None,
@@ -424,45 +490,29 @@ class SyncClient:
         wait through `backoff` (a new `backoff.Backoff` if None)."""
         handshake = handshake or _HANDSHAKE.decode()
         verdict = auth.expects_verdict(handshake)
-        handshake = handshake.encode('utf-8')
         addr = addresses.client_addr(addr, ipv6)
         host, port = addresses.split(addr)
         backoff = backoff or backofflib.Backoff(every=report_every or 30)
+        refusals = Refusals(name, backoff)
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         next_report = report_every and start + report_every
-        refusal = None
-        differs = False  # Whether the refusal is one of run.auth.
-        no_verdicts = 0  # In a row (see `auth.NO_VERDICTS`).
-        while True:
-            refused = False
-            try:
-                sock = _try_connect(host, int(port), ipv6, handshake, verdict)
-                no_verdicts = 0
-            except auth.NoVerdict:
-                sock = None
-                no_verdicts += 1
-                if no_verdicts >= auth.NO_VERDICTS:
-                    refused = differs = True
-                    refusal = auth.auth_mismatch(name, '', addr, True)
-                    backoff.report('refused', refusal, auth.still_refused(
-                        name, '', addr))
-            except Refused as e:
-                refused, differs, no_verdicts = True, False, 0
-                sock, refusal = None, auth.refusal_message(name, str(e), addr)
-                backoff.report('refused', refusal, auth.still_refused(
-                    name, str(e), addr))
-            if sock:
-                return cls(sock, addr, name)
+
+        def pause(cap):
+            nonlocal next_report
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                raise _gave_up(name, timeout, addr, refusal, differs)
-            if next_report and now >= next_report and not refusal:
+                raise _gave_up(name, timeout, addr, refusals)
+            if next_report and now >= next_report and not refusals.message:
                 next_report = now + report_every
                 print(waiting_line(name, addr, now - start, timeout),
                       flush=True)
-            backoff.wait(deadline=deadline, cap=None if refused else (
-                backofflib.NO_SERVER_WAIT))
+            backoff.wait(deadline=deadline, cap=cap)
+
+        connect = functools.partial(
+            _open, host, int(port), ipv6, handshake.encode('utf-8'), verdict)
+        sock = connect_loop(itertools.repeat((addr, connect)), refusals, pause)
+        return cls(sock, addr, name)
 
     def call(self, method, *args, report_every=None, report=None):
         """Sends a request and returns the reply; every `report_every`
@@ -491,11 +541,11 @@ class SyncClient:
             raise Refused(
                 auth.auth_mismatch(self.name, verdict[1], self.addr, False),
                 auth_differs=True)
-        status = int.from_bytes(reply[8:16], 'little')
-        if status == 0:
+        code = status.read(reply)
+        if code == status.OK:
             return wire.unpack(reply[16:])
         message = bytes(reply[16:]).decode('utf-8', 'replace')
-        raise _ERRORS.get(status, RemoteError)(message)
+        raise _ERRORS.get(code, RemoteError)(message)
 
     def close(self, timeout=None):
         if self.sock is not None:
@@ -529,21 +579,18 @@ def _handshake(sock, target, handshake, verdict):
             raise Refused(server)
 
 
-def _try_connect(host, port, ipv6, handshake, verdict):
-    """A connected socket, or None when no server took the connection;
-    raises as `_handshake`."""
+def _open(host, port, ipv6, handshake, verdict):
+    """A blocking socket connected to the server that made the handshake;
+    raises as `_handshake` (OSError when no server took the connection)."""
     family = socket.AF_INET6 if ipv6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         _handshake(sock, (host, port, 0, 0) if ipv6 else (host, port),
                    handshake, verdict)
         sock.settimeout(None)
-    except (auth.NoVerdict, Refused):
+    except BaseException:
         sock.close()
         raise
-    except (OSError, socket.gaierror):
-        sock.close()
-        return None
     # Each message goes out in one call, so Nagle's delay only costs.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     portal_utils.set_keepalive(sock, *_KEEPALIVE)

@@ -58,12 +58,10 @@ import numpy as np
 from embodied.core import diskfull
 
 from . import sockets
+from . import status
 from . import wire
 
-_OK = (0).to_bytes(8, 'little')
-_UNKNOWN_METHOD = (3).to_bytes(8, 'little')
-_BAD_INPUT = (5).to_bytes(8, 'little')
-_FAILED = (4).to_bytes(8, 'little')
+_OK = status.header(status.OK)  # Made once: every reply sends it.
 
 
 class _Request:
@@ -269,12 +267,12 @@ class Server:
         if method is None:
             known = ', '.join(self.methods)
             return self._send_error(
-                addr, reqnum, _UNKNOWN_METHOD,
+                addr, reqnum, status.UNKNOWN_METHOD,
                 f"Unknown method '{name}' (known: {known}).")
         if name in self.control and addr not in self.socket.control:
             method.stats['refused'] += 1
             return self._send_error(
-                addr, reqnum, _BAD_INPUT,
+                addr, reqnum, status.BAD_INPUT,
                 f'{self.name}.{name}: only the launcher of the run may call '
                 f'this method.')
         method.stats['requests'] += 1
@@ -289,7 +287,8 @@ class Server:
                 problem = problem and f'{self.name}.{name}: {problem}'
             if problem:
                 method.stats['rejected'] += 1
-                return self._send_error(addr, reqnum, _BAD_INPUT, problem)
+                return self._send_error(
+                    addr, reqnum, status.BAD_INPUT, problem)
         method.queue.append(
             _Request(addr, reqnum, args, rows, time.monotonic(), single))
         method.rows += rows
@@ -414,7 +413,7 @@ class Server:
             self._failed(method, e)
             for request in requests:
                 self._send_error(
-                    request.addr, request.reqnum, _FAILED,
+                    request.addr, request.reqnum, status.FAILED,
                     f'{self.name}.{method.name} failed: '
                     f'{type(e).__name__}: {e}')
             if method.postfn:
@@ -470,9 +469,10 @@ class Server:
         except Exception as e:  # The client may be gone; others continue.
             self._log(f'Could not reply to {addr}: {type(e).__name__}: {e}')
 
-    def _send_error(self, addr, reqnum, status, message):
+    def _send_error(self, addr, reqnum, code, message):
         try:
-            self.socket.send(addr, reqnum, status, message.encode('utf-8'))
+            self.socket.send(addr, reqnum, status.header(code),
+                             message.encode('utf-8'))
         except Exception:
             pass
 

@@ -12,7 +12,8 @@ The server batches `run.actor_batch` envs per policy call (a partial batch
 runs after `run.actor_flush` seconds) and answers each env worker before the
 transitions are sent on. While the replay works on the last send (its
 limiter holds inserts back), further transitions are held and go on joined
-(`rpc.channel.CoalescingSender`): a busy replay gets fewer, larger requests.
+(`rpc.actor_to_replay.CoalescingSender`): a busy replay gets fewer, larger
+requests.
 
 The server on `run.actor_addr` is the agent process's one server: the actor
 binds `act` on it, next to the agent's control methods (agent_process.py).
@@ -53,8 +54,8 @@ class ActorRole:
         # Transitions held while the replay works on the last send: up to 8
         # policy batches (8 took 4% less CPU per env step than 4, measured
         # with `embodied.perf.throughput --old` at 16 envs, 8 per worker).
-        self.sender = rpc.channel.CoalescingSender(
-            self._send, rpc.channel.concat_rows,
+        self.sender = rpc.actor_to_replay.CoalescingSender(
+            self._send, rpc.actor_to_replay.concat_rows,
             lambda trans: len(trans[0]['envid']),
             hold_rows or 8 * max(1, args.actor_batch), self.backlog,
             closing, name='The actor')

@@ -18,9 +18,9 @@ process): trains the shared agent.
                               and at the end)
 
 Batches arrive through `batch_stream`s, prefetched; train batches through
-shared memory when the replay is on this machine (`rpc.channel`). Saves come
-from the launcher through the agent's control (`AgentControl.save`, on a
-server thread), under `link.train_lock`.
+shared memory when the replay is on this machine
+(`rpc.replay_to_learner`). Saves come from the launcher through the agent's
+control (`AgentControl.save`, on a server thread), under `link.train_lock`.
 
 RPC methods called: replay `sample_batch_train`, `sample_batch_report`,
 `sample_batch_eval`, `update`; logger `add` (several replicas:
@@ -227,13 +227,13 @@ def wait_compiled(agent, stop, poll=0.2):
 
 
 def batch_stream(args, source, stop, count, prefetch=4):
-    """The replay's `sample_batch_<source>` batches (`rpc.channel`),
+    """The replay's `sample_batch_<source>` batches (`rpc.replay_to_learner`),
     `prefetch` requests ahead; train batches through shared memory with
     run.shared_batches. Ends when `stop` is set or the replay shuts down.
     `count(key, amount)` adds to the learner's counters (`AgentLink.count`)."""
     client = connections.connect(
         args, 'replay', f'LearnerReplay{source.title()}')
-    consumer = rpc.channel.Consumer(
+    consumer = rpc.replay_to_learner.Consumer(
         functools.partial(client.call, f'sample_batch_{source}'),
         f'Learner: {source} batches', source == 'train' and
         args.shared_batches, prefetch,
@@ -252,5 +252,5 @@ def batch_stream(args, source, stop, count, prefetch=4):
         count(f'{source}_wait_seconds', time.monotonic() - start)
         return data
 
-    stream = rpc.channel.BatchStream(consumer, wait, client)
+    stream = rpc.replay_to_learner.BatchStream(consumer, wait, client)
     return stream

@@ -73,7 +73,8 @@ class ReplayRole:
         self.counts = collections.Counter()
         self.sums = {}  # Limiter wait seconds since the last metrics.
         self.sums_lock = threading.Lock()
-        self.channel = rpc.channel.Producer()  # Batches into slots.
+        # Batches into the learner's slots.
+        self.producer = rpc.replay_to_learner.Producer()
         self._train_layout = functools.partial(
             embodied.streams.layout, self.stream_train)
         self._sample_train_into = lambda views: self._sample_train(
@@ -134,11 +135,11 @@ class ReplayRole:
 
     def sample_batch_train(self, target=None):
         """One batch once the limiter allows; with a `target` (the learner's
-        shared-memory slots, see `rpc.channel`), one batch per slot, made
-        there by the stream where it can (`layout`, `next_into`: one copy
-        from the replay's chunks), answered by slot numbers. None when
-        released."""
-        return self.channel.answer(
+        shared-memory slots, see `rpc.replay_to_learner`), one batch per
+        slot, made there by the stream where it can (`layout`, `next_into`:
+        one copy from the replay's chunks), answered by a slot reply each. None
+        when released."""
+        return self.producer.answer(
             target, self._sample_train, self._train_layout,
             self._sample_train_into)
 
@@ -216,7 +217,7 @@ class ReplayRole:
         return stats
 
     def close(self):
-        """Ends every wait and closes the replays (not `channel`: a
+        """Ends every wait and closes the replays (not `producer`: a
         sample in flight may still write to it until the server closed)."""
         self.release()
         for replay in (self.replay_train, self.replay_eval):
@@ -358,6 +359,6 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     finally:
         role.close()
         server.close()
-        role.channel.close()
+        role.producer.close()
         logger.close(1)
     return 0

@@ -116,16 +116,18 @@ def test_slot_batches_are_sampled_straight_into_the_slot(monkeypatch):
         assert sorted(first) == sorted(
             ['value', 'reward', 'is_first', 'is_last', 'is_terminal',
              'stepid', 'consec'])
-        ring, problem = rpc.channel.SlotRing.create(
-            rpc.channel.layout_of(first), 4)
+        ring, problem = rpc.replay_to_learner.SlotRing.create(
+            rpc.replay_to_learner.layout_of(first), 4)
         assert problem is None, problem
         copies = []
         monkeypatch.setattr(
-            rpc.channel.np, 'copyto', lambda *a, **k: copies.append(a))
+            rpc.replay_to_learner.np, 'copyto',
+            lambda *a, **k: copies.append(a))
         for _ in range(10):
             slots = [ring.acquire(), ring.acquire()]
             replies = role.sample_batch_train(ring.target(slots))
-            assert replies == slots  # Slot numbers, not the batches.
+            assert replies == [  # Slot numbers, not the batches.
+                rpc.replay_to_learner.slot_reply(slot) for slot in slots]
             for slot in slots:
                 batch = ring.read(slot)
                 check_sequences(batch, [0, 1])
@@ -145,16 +147,17 @@ def test_slot_batches_of_a_grown_spec_are_sent_as_batches():
     role = slot_role()
     ring = None
     try:
-        ring, problem = rpc.channel.SlotRing.create(
-            rpc.channel.layout_of(role.sample_batch_train()), 2)
+        ring, problem = rpc.replay_to_learner.SlotRing.create(
+            rpc.replay_to_learner.layout_of(role.sample_batch_train()), 2)
         assert problem is None, problem
         batch = role.sample_batch_train()
         role.update({'stepid': batch['stepid'],  # A key the slots lack.
                      'extra': np.ones((BATCH, LENGTH), np.float32)})
         slot = ring.acquire()
         reply, = role.sample_batch_train(ring.target([slot]))
-        assert isinstance(reply, dict) and 'extra' in reply
-        check_sequences(reply, [0, 1])
+        sent = reply[rpc.replay_to_learner.BATCH]
+        assert 'extra' in sent
+        check_sequences(sent, [0, 1])
     finally:
         role.close()
         ring and ring.close()
@@ -173,11 +176,12 @@ def test_other_streams_are_sampled_then_copied():
         for t in range(60):
             role.add_batch(rows([0, 1], t))
         assert embodied.streams.layout(role.stream_train) is None
-        ring, problem = rpc.channel.SlotRing.create(
-            rpc.channel.layout_of(role.sample_batch_train()), 2)
+        ring, problem = rpc.replay_to_learner.SlotRing.create(
+            rpc.replay_to_learner.layout_of(role.sample_batch_train()), 2)
         assert problem is None, problem
         slot = ring.acquire()
-        assert role.sample_batch_train(ring.target([slot])) == [slot]
+        assert role.sample_batch_train(ring.target([slot])) == [
+            rpc.replay_to_learner.slot_reply(slot)]
         check_sequences(ring.read(slot), [0, 1])
     finally:
         role.close()

@@ -1,28 +1,8 @@
-"""Batches between roles, over a client's calls: a sender that joins its
-sends while the peer is busy (`CoalescingSender`, the actor's to the
-replay), and the batch channel (`Consumer`, `Producer`, the learner's from
-the replay, `BatchStream` prefetching them), which moves batches through
-shared-memory slots where both ends are on one machine, else over the
-socket.
-
-    sender = CoalescingSender(send, join, size, hold, backlog)
-    sender.put(item)        # goes on at once, or is held (see below)
-    sender.flush()          # sends what is held; True when nothing is
-    sender.settle()         # True once every send has arrived
-
-`send(item)` makes the calls of one item and returns their futures; the
-first is the pacing peer's. While that peer has not answered the last send,
-further items are held, and go on together when it answers (at the next
-`put` or `flush(force=False)`), `join(held)` making one item of them (or
-several, should they not join; one held item as it is): a busy peer gets
-fewer, larger requests, an idle one every item at once. Once `hold` units
-(`size(item)` each) are held, `put` waits for the peer's answer, and with it
-its caller: at most one send is on its way to a busy peer. At most
-`backlog` sends are in flight, as a client's `maxinflight` would allow, but
-a wait gives up with an error once `closing` is set (a call blocked on a
-dead peer would keep its process from exiting). `put` runs one at a time
-(the caller's order); `flush` and `settle` may run on other threads and
-never wait.
+"""Replay -> learner: the replay's batches to the learner, through
+shared-memory slots where both are on one machine, else over the socket.
+The learner's side is the reader (`Consumer`, and `BatchStream`
+prefetching its batches), the replay's the producer (`Producer`, writing
+with `SlotWriter`); the slots are one file under /dev/shm (`SlotRing`).
 
     # Consumer (the learner's stream of one replay method):
     consumer = Consumer(functools.partial(client.call, 'sample_batch_train'),
@@ -31,7 +11,8 @@ never wait.
     batches = consumer.receive(pending, rpc.result(pending.future))
     # None: the producer has nothing more (it shut down)
 
-    # Producer (the replay's method), one reply per slot named:
+    # Producer (the replay's method), one reply per slot named,
+    # {'slot': n} or {'batch': batch} (`slot_reply`, `batch_reply`):
     producer = Producer()
     def sample_batch_train(target=None):
         return producer.answer(target, make, layout, make_into)
@@ -45,8 +26,10 @@ ones in each request. The producer makes each batch in the slot where it
 can (`make_into(views)`, given `layout()`), else makes it and copies it
 there (`SlotWriter`), and replies with the slot number. Where a slot cannot
 take the batch (another machine, a layout that changed, no /dev/shm or too
-little room there) the batch itself comes back, and the consumer makes a
+little room there) the batch itself comes back (a reply says which it is:
+its one key, `SLOT` or `BATCH`, is its kind), and the consumer makes a
 ring for the new layout or stays on the socket, with a line saying why.
+The other direction, actor -> replay, is `actor_to_replay`.
 
 A slot is free again once every array read from it has been garbage
 collected, so a consumer may keep batches as long as it likes (JAX on CPU
@@ -77,117 +60,22 @@ RING_BYTES = 32 << 20
 MAX_PER_REQUEST = 4  # With prefetch 4, at most 16 batches sampled ahead.
 
 
-class CoalescingSender:
-    """Joins sends while the peer is busy; see the module docstring."""
-
-    def __init__(self, send, join, size, hold, backlog, closing=None,
-                 name='The sender'):
-        self.send, self.join, self.size = send, join, size
-        self.name = name  # For errors: '<name> shut down with ...'.
-        self.hold, self.backlog = hold, backlog
-        self.outbox = []
-        self.outbox_size = 0
-        self.outbox_lock = threading.Lock()  # Guards the outbox and sends.
-        self.last_send = None  # The pacing peer's future of the last send.
-        self.inflight = collections.deque()  # Futures of sent items.
-        self.inflight_lock = threading.Lock()  # Guards `inflight`.
-        # Set at shutdown: a send waiting for room gives up.
-        self.closing = closing or threading.Event()
-
-    def put(self, item):
-        """Sends `item`, or holds it while the peer has not answered the
-        last send."""
-        with self.outbox_lock:
-            self.outbox.append(item)
-            self.outbox_size += self.size(item)
-            if self._busy():
-                if self.outbox_size < self.hold:
-                    return
-                # One send at a time to a busy peer: rather than piling up
-                # items, the caller waits.
-                self._wait_for_peer()
-            self._send_outbox()
-        self.settle()
-
-    def flush(self, force=True):
-        """Sends held items (with `force=False`, only once the peer has
-        answered the last send); returns whether none is held. Never waits:
-        while a send is under way, or `backlog` sends are in flight (a peer
-        that does not answer), they stay held."""
-        if not self.outbox_lock.acquire(blocking=False):
-            return False  # `put` is sending (or waits for room).
-        try:
-            if self.outbox and (force or not self._busy()):
-                with self.inflight_lock:  # Arrived ones count as gone.
-                    room = sum(not f.done() for f in self.inflight) < (
-                        self.backlog)
-                if room:
-                    self._send_outbox()
-            return not self.outbox
-        finally:
-            self.outbox_lock.release()
-
-    def settle(self):
-        """Forgets sends that arrived; True when none is left. Raises what a
-        peer raised."""
-        with self.inflight_lock:
-            while self.inflight and self.inflight[0].done():
-                self.inflight.popleft().result()
-            return not self.inflight
-
-    def _busy(self):
-        return self.last_send is not None and not self.last_send.done()
-
-    def _send_outbox(self):
-        held, self.outbox, self.outbox_size = self.outbox, [], 0
-        self._wait_for_room()
-        for item in self.join(held):
-            futures = self.send(item)
-            self.last_send = futures[0]
-            with self.inflight_lock:
-                self.inflight.extend(futures)
-
-    def _wait_for_peer(self):
-        """Waits until the peer answered the last send; gives up at
-        shutdown, as `_wait_for_room`."""
-        while self._busy():
-            if self.closing.is_set():
-                raise RuntimeError(f'{self.name} shut down with items still '
-                                   f'waiting for the peer to answer.')
-            self.last_send.wait(0.1)
-
-    def _wait_for_room(self):
-        """Back-pressure: waits while `backlog` sends are in flight."""
-        while True:
-            with self.inflight_lock:
-                full = len(self.inflight) >= self.backlog
-                oldest = self.inflight[0] if full else None
-            if oldest is None:
-                return
-            if self.closing.is_set():
-                raise RuntimeError(
-                    f'{self.name} shut down with sends still in flight.')
-            oldest.wait(0.1)
-            self.settle()
-
-
-def concat_rows(held):
-    """A `join` for `CoalescingSender`: held items, each a tuple of dicts of
-    arrays, as one item with the rows of each dict concatenated in order;
-    as they are should their keys differ (a server takes batched requests
-    of one set of keys only)."""
-    first = held[0]
-    if len(held) == 1 or any(
-            len(item) != len(first) or any(
-                part.keys() != ref.keys() for part, ref in zip(item, first))
-            for item in held):
-        return held
-    return [tuple(
-        {key: np.concatenate([item[i][key] for item in held])
-         for key in first[i]} for i in range(len(first)))]
-
-
 Pending = collections.namedtuple('Pending', 'future ring slots')
+
+# The reply for one slot a request names: a dict whose one key is its kind.
+# A key costs the wire a few bytes of the message's structure, no buffer.
+SLOT = 'slot'    # {SLOT: n}: the batch is in slot n.
+BATCH = 'batch'  # {BATCH: batch}: the slot could not take it; here it is.
+
+
+def slot_reply(slot):
+    """The reply saying the batch is in `slot`."""
+    return {SLOT: int(slot)}
+
+
+def batch_reply(batch):
+    """The reply carrying `batch` itself, for a slot that cannot take it."""
+    return {BATCH: batch}
 
 
 def batches_per_request(nbytes, prefetch):
@@ -245,15 +133,16 @@ class Consumer:
             self.ring.close()
 
     def _receive(self, reply, ring, slot):
-        if is_slot_reply(reply):
-            assert int(reply) == slot, (int(reply), slot)
+        if SLOT in reply:
+            assert int(reply[SLOT]) == slot, (reply[SLOT], slot)
             ring.unlink()  # The producer has it mapped now.
             self.on_shared()
             return ring.read(slot)
+        batch = reply[BATCH]
         ring.release(slot)
         if ring is self.ring:  # Not yet replaced after an earlier one.
-            self._fall_back(reply)
-        return reply
+            self._fall_back(batch)
+        return batch
 
     def _start_ring(self, data):
         self.shared = False  # One try per layout.
@@ -331,7 +220,8 @@ class Producer:
         there by `make_into(views)` where `layout()` (the next batch's,
         `(key, dtype.str, shape)` each) is known and fits the slot, else
         made by `make()` and copied; the batch itself where the slot cannot
-        take it. None (for the whole request) once a maker returns None."""
+        take it (`slot_reply`, `batch_reply`). None (for the whole request)
+        once a maker returns None."""
         if target is None:
             return make()
         replies = []
@@ -359,7 +249,7 @@ class Producer:
             return None
         if batch is not views:
             return self.writer.write(target, batch)  # The layout changed.
-        return int(target[1])
+        return slot_reply(target[1])
 
 
 # The slots: a ring of them for the consumer, the writer for the producer.
@@ -381,13 +271,6 @@ def layout_of(batch):
 def signature(layout):
     """A layout as one short string, compared by the server."""
     return ';'.join(f'{k}:{d}:{",".join(map(str, s))}' for k, d, s in layout)
-
-
-def is_slot_reply(reply):
-    """Whether a reply is a slot number rather than the data itself."""
-    return isinstance(reply, (int, np.integer)) or (
-        isinstance(reply, np.ndarray) and reply.ndim == 0 and
-        reply.dtype.kind in 'iu')
 
 
 def slot_bytes(layout):
@@ -554,15 +437,15 @@ class SlotWriter:
 
     def write(self, target, batch):
         """Writes `batch` into the slot a one-slot `target` (from `split`)
-        names and returns the slot number; returns `batch` itself when there
-        is no target or it cannot be used."""
+        names and returns its `slot_reply`; the `batch_reply` when there is
+        no target or it cannot be used."""
         layout = target is not None and layout_of(batch)
         views = layout and self.views(target, layout)
         if not views:
-            return batch
+            return batch_reply(batch)
         for key, view in views.items():
             np.copyto(view, batch[key])
-        return int(target[1])
+        return slot_reply(target[1])
 
     def views(self, target, layout):
         """Writable arrays in the slot a one-slot `target` names, one per

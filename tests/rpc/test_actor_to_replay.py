@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from portal import futures
 
-from embodied.rpc.channel import CoalescingSender, concat_rows
+from embodied.rpc.actor_to_replay import CoalescingSender, concat_rows
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,5 +1,5 @@
-"""The shared-memory slots of the batch channel (`rpc.channel`): `SlotRing`
-and `SlotWriter`."""
+"""The shared-memory slots of replay -> learner
+(`rpc.replay_to_learner`): `SlotRing` and `SlotWriter`."""
 
 import errno
 import gc
@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from embodied.rpc import channel as slots
+from embodied.rpc import replay_to_learner as slots
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir(slots.SHM_DIR), reason=f'no {slots.SHM_DIR}')
@@ -49,7 +49,7 @@ def test_batches_arrive_intact_in_every_slot(ring):
     for seed in range(3):
         slot = ring.acquire()
         reply = writer.write(one(ring, slot), batch(seed))
-        assert slots.is_slot_reply(reply) and int(reply) == slot
+        assert reply == slots.slot_reply(slot)
         kept.append(ring.read(slot))
     for seed, got in enumerate(kept):
         want = batch(seed)
@@ -101,8 +101,8 @@ def test_server_falls_back_to_sending_the_batch(ring, tmp_path):
                       signature],
     }
     for case, target in cases.items():
-        assert writer.write(target, data) is data, case
-    assert writer.write(one(ring, slot), changed) is changed
+        assert writer.write(target, data)[slots.BATCH] is data, case
+    assert writer.write(one(ring, slot), changed)[slots.BATCH] is changed
     assert outside.read_bytes() == bytes(1 << 20)
     writer.close()
 
@@ -117,7 +117,8 @@ def test_file_is_unlinked_once_mapped_and_nothing_is_left(ring):
     # The server keeps its mapping, so later batches still arrive.
     data = ring.read(slot)
     other = ring.acquire()
-    assert int(writer.write(one(ring, other), batch(5))) == other
+    assert writer.write(one(ring, other), batch(5)) == slots.slot_reply(
+        other)
     np.testing.assert_array_equal(ring.read(other)['reward'],
                                   batch(5)['reward'])
     ring.close()
@@ -162,7 +163,7 @@ def test_a_request_names_several_slots(ring):
     wanted = [ring.acquire(), ring.acquire()]
     targets = slots.split(ring.target(wanted))
     replies = [writer.write(t, batch(i)) for i, t in enumerate(targets)]
-    assert [int(r) for r in replies] == wanted
+    assert replies == [slots.slot_reply(slot) for slot in wanted]
     for i, slot in enumerate(wanted):
         np.testing.assert_array_equal(
             ring.read(slot)['image'], batch(i)['image'])

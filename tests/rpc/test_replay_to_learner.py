@@ -1,11 +1,11 @@
-"""The batch channel on its own: a consumer and a producer in one process,
+"""Replay -> learner on its own: a consumer and a producer in one process,
 the calls between them plain function calls."""
 
 import numpy as np
 import pytest
 from portal import futures
 
-from embodied.rpc import channel
+from embodied.rpc import replay_to_learner
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,7 +46,7 @@ def roundtrip(consumer, requests):
 
 
 def test_batches_come_through_slots_made_in_place_after_the_first():
-    producer = channel.Producer()
+    producer = replay_to_learner.Producer()
     values = iter(range(100))
     made_into = []
 
@@ -58,7 +58,7 @@ def test_batches_come_through_slots_made_in_place_after_the_first():
         return views
     link = Link(producer, lambda: batch(next(values)), layout_of, make_into)
     shared = []
-    consumer = channel.Consumer(
+    consumer = replay_to_learner.Consumer(
         link, 'Test: batches', shared=True, prefetch=1, per_request=2,
         on_shared=lambda: shared.append(1))
     try:
@@ -72,11 +72,11 @@ def test_batches_come_through_slots_made_in_place_after_the_first():
 
 
 def test_a_producer_without_layout_copies_and_a_changed_layout_falls_back():
-    producer = channel.Producer()
+    producer = replay_to_learner.Producer()
     sizes = iter([2, 2, 2, 3, 3])
     values = iter(range(100))
     link = Link(producer, lambda: batch(next(values), next(sizes)))
-    consumer = channel.Consumer(
+    consumer = replay_to_learner.Consumer(
         link, 'Test: batches', shared=True, prefetch=1, per_request=1)
     try:
         got = roundtrip(consumer, 5)
@@ -84,17 +84,18 @@ def test_a_producer_without_layout_copies_and_a_changed_layout_falls_back():
             [2, 2, 2, 3, 3])]
         # The batch of another layout came back itself; a new ring took it.
         assert consumer.ring is not None and consumer.ring.layout == (
-            channel.layout_of(batch(0, 3)))
+            replay_to_learner.layout_of(batch(0, 3)))
     finally:
         consumer.close()
         producer.close()
 
 
 def test_none_from_the_producer_ends_the_consumer_and_frees_its_slots():
-    producer = channel.Producer()
+    producer = replay_to_learner.Producer()
     answers = iter([batch(0), None])
     link = Link(producer, lambda: next(answers))
-    consumer = channel.Consumer(link, 'Test: batches', True, prefetch=1,
+    consumer = replay_to_learner.Consumer(
+        link, 'Test: batches', True, prefetch=1,
                                 per_request=2)
     try:
         assert len(roundtrip(consumer, 1)) == 1
@@ -109,22 +110,25 @@ def test_none_from_the_producer_ends_the_consumer_and_frees_its_slots():
 
 def test_batches_per_request_keep_the_slot_ring_small():
     debug_batch = 1_196_160  # 8 x 12 steps of the dummy env's obs.
-    per_request = channel.batches_per_request(debug_batch, prefetch=4)
-    assert 1 < per_request <= channel.MAX_PER_REQUEST
-    assert (per_request + 1) * 4 * debug_batch <= channel.RING_BYTES
-    assert channel.batches_per_request(1000, prefetch=4) == (
-        channel.MAX_PER_REQUEST)
+    per_request = replay_to_learner.batches_per_request(
+        debug_batch, prefetch=4)
+    assert 1 < per_request <= replay_to_learner.MAX_PER_REQUEST
+    assert (per_request + 1) * 4 * debug_batch <= replay_to_learner.RING_BYTES
+    assert replay_to_learner.batches_per_request(1000, prefetch=4) == (
+        replay_to_learner.MAX_PER_REQUEST)
     # A 16 x 64 batch of 64x64x3 images: one per request, 8 slots.
-    assert channel.batches_per_request(16 * 64 * 12288, prefetch=4) == 1
+    assert replay_to_learner.batches_per_request(
+        16 * 64 * 12288, prefetch=4) == 1
 
 
 def test_batch_stream_prefetches_from_the_start_and_ends_on_none():
-    producer = channel.Producer()
+    producer = replay_to_learner.Producer()
     answers = iter([batch(0), batch(1), batch(2), None, None, None])
     link = Link(producer, lambda: next(answers))
-    consumer = channel.Consumer(link, 'Test: batches', False, prefetch=3)
+    consumer = replay_to_learner.Consumer(
+        link, 'Test: batches', False, prefetch=3)
     waited = []
-    stream = channel.BatchStream(
+    stream = replay_to_learner.BatchStream(
         consumer, lambda future: waited.append(1) or future.result())
     try:
         assert len(link.targets) == 3  # Asked ahead, before any `next`.
