@@ -17,6 +17,10 @@ process): trains the shared agent.
                               steps, logger.replica_steps; also at the start
                               and at the end)
 
+What several replicas agree on (going on, saves, eval reports, env steps)
+is asked of `ReplicaSync` (learner_replicas.py) at the same points of the
+loop; with one replica it answers as a lone learner decides.
+
 Batches arrive through `batch_stream`s, prefetched; train batches through
 shared memory when the replay is on this machine
 (`rpc.replay_to_learner`). Saves come from the launcher through the agent's
@@ -40,17 +44,9 @@ from embodied.run import arguments
 from embodied.run import learning
 from embodied.run import saving
 from embodied.run import connections
+from embodied.run.parallel.learner_replicas import ReplicaSync
 from embodied.run.parallel.link import link_of
 from embodied.run.learning import prefix
-
-
-def share_env_steps(logger):
-    """With several replicas: every replica's env step, exchanged among the
-    learners (they log in lockstep), goes to this replica's logger, which
-    counts the run's step as the sum."""
-    from embodied.jax import distributed
-    own = int(logger.replica_steps(None).result())
-    logger.replica_steps(distributed.exchange('env_steps', own)).result()
 
 
 @elements.timer.section('learner')
@@ -58,83 +54,34 @@ def parallel_learner(agent, barrier, args):
     """Trains on batches streamed from the replay until asked to stop."""
     args = arguments.normalize(args)
     link = link_of(barrier)
-    agg = elements.Agg()
-    usage = elements.Usage(**args.usage)
     should_log = embodied.GlobalClock(args.log_every)
     should_report = embodied.GlobalClock(args.report_every)
-    fps = elements.FPS()
-    batch_steps = args.batch_size * args.batch_length
     stop = link.learner_stop
 
     cp, tag = saving.resume_role(args, 'agent', agent=agent)
     if tag is not None:
         print(f'Learner resumed the agent from the save at step {tag}.')
-    # With several replicas the learners agree (global clocks) on stopping,
-    # eval reports and saves; saves are tagged by the run's update count
-    # from the resumed tag on, which every replica shares.
-    replicated = int(args.get('replicas', 1)) > 1
-    go_on = embodied.GlobalClock(-1)
-    eval_ready = embodied.GlobalClock(-1)
-    should_save = embodied.GlobalClock(args.save_every) if replicated else None
-    if replicated:
-        link.count('run_tag', int(tag or 0))
-    elif args.from_checkpoint:
+    replicas = ReplicaSync(args, link, tag)
+    if args.from_checkpoint and not replicas.replicated:
         saving.load_agent(
             agent, args.from_checkpoint, args.from_checkpoint_regex)
     link.checkpoint = cp
 
     logger = connections.connect(
         args, 'logger', 'LearnerLogger', maxinflight=4)
-    updater = connections.connect(
-        args, 'replay', 'LearnerReplayUpdater', maxinflight=8)
+    results = _Results(args, link, connections.connect(
+        args, 'replay', 'LearnerReplayUpdater', maxinflight=8))
     link.barrier.wait()
-    if replicated:
-        share_env_steps(logger)
+    replicas.share_steps(logger)
 
     names = ('train', 'report', 'eval') if args.eval_envs else (
         'train', 'report')
     sources = {source: batch_stream(args, source, stop, link.count)
                for source in names}
-
-    def evaluate(stream):
-        carry = agent.init_report(args.batch_size)  # Fresh, as the original.
-        _, metrics = learning.report_on(
-            agent, stream, args, carry, link.train_lock)
-        return metrics
-
-    def make_stream(source):
-        stream = embodied.streams.Stateless(sources[source])
-        return iter(agent.stream(stream))
-
-    stream_train = make_stream('train')
-    stream_report = make_stream('report')
-    stream_eval = make_stream('eval') if args.eval_envs else None
-    updates = collections.deque()
+    streams = {source: iter(agent.stream(embodied.streams.Stateless(
+        sources[source]))) for source in names}
     pending = None  # The last update's (outs, metrics), read one update late.
-    finished = []  # Not empty once an update's results were read.
     carry = None
-
-    def finish_update(outs, mets):
-        """Reads an update's results (waiting for the device if it is not
-        done) and sends its replay context back."""
-        start = time.monotonic()
-        with elements.timer.section('train_results'):
-            agg.add(mets)
-        link.count('train_seconds', time.monotonic() - start)
-        if not finished:
-            launched = psutil.Process().create_time()
-            print(f'First train step finished {time.time() - launched:.1f} '
-                  f's after launch.', flush=True)
-            finished.append(True)
-        if 'replay' in outs:
-            with elements.timer.section('replay_update'):
-                updates.append(updater.update(outs['replay']))
-            while updates and updates[0].done():
-                updates.popleft().result()
-
-    def policy_lag():
-        return agent.policy_lag() if hasattr(agent, 'policy_lag') else {}
-
     try:
         # The first step waits for train to compile (the agent compiles it
         # while the actor acts and the replay fills) or for a stop.
@@ -142,76 +89,108 @@ def parallel_learner(agent, barrier, args):
             carry = agent.init_train(args.batch_size)
         while True:
             with elements.timer.section('batch_next'):
-                batch = None if stop.is_set() else next(stream_train, None)
-            if not go_on(skip=batch is None or stop.is_set()):
-                if replicated and batch is not None and not stop.is_set():
-                    print('Learner: another replica stopped the run.',
-                          flush=True)
-                    link.count('replica_stop')
-                    stop.set()
+                batch = None if stop.is_set() else next(
+                    streams['train'], None)
+            if not replicas.go_on(batch, stop):
                 break
             start = time.monotonic()
             with elements.timer.section('train_step'), link.train_lock:
                 carry, outs, mets = agent.train(carry, batch)
             link.count('train_seconds', time.monotonic() - start)
             link.count('train_steps')
-            if replicated:
-                link.count('run_tag')
-                if should_save():
-                    tag = link.learner_stats()['run_tag']
-                    with link.learner_lock:
-                        link.learner['save_request'] = tag
+            replicas.updated()
             if pending:
-                finish_update(*pending)
+                results.read(*pending)
             pending = (outs, mets)
-            fps.step(batch_steps)
-
+            results.fps.step(args.batch_size * args.batch_length)
             if should_report(skip=not sources['report'].ready_soon()):
                 with elements.timer.section('report'):
-                    metrics = evaluate(stream_report)
-                    if metrics is not None:
-                        logger.add(prefix(metrics, 'report'))
-                    if args.eval_envs and eval_ready(
-                            skip=not sources['eval'].ready_soon()):
-                        metrics = evaluate(stream_eval)
-                        if metrics is not None:
-                            logger.add(prefix(metrics, 'eval'))
+                    _report(agent, args, link, streams, sources, replicas,
+                            logger)
                 link.count('reports')
-
             if should_log():
-                stats = {}
-                stats['fps/train'] = fps.result()
-                stats.update(learning.timer_metrics('timer/agent'))
-                stats.update(prefix(agg.result(), 'train'))
-                stats.update(policy_lag())
-                stats.update(prefix(usage.stats(), 'usage/agent'))
-                for source, stream in sources.items():
-                    stats.update(prefix(
-                        stream.client.stats(), f'client/{source}'))
-                logger.add(stats)
-                if replicated:
-                    share_env_steps(logger)
+                logger.add(results.stats(agent, sources))
+                replicas.share_steps(logger)
         if pending:
-            finish_update(*pending)
-        if replicated:
-            share_env_steps(logger)  # All left the loop at the same call.
-            with link.train_lock:
-                print(f'Replica {args.replica}: parameter digest '
-                      f'{saving.digest(agent.save())} after '
-                      f'{link.learner_stats().get("train_steps", 0)} '
-                      f'updates.', flush=True)
-        final = {**prefix(agg.result(), 'train'), **policy_lag()}
+            results.read(*pending)
+        replicas.finish(logger, agent)
+        final = {**prefix(results.agg.result(), 'train'),
+                 **policy_lag(agent)}
         if final:
             logger.add(final).result()
     finally:
         link.learner_done.set()
-        for client in (logger, updater):
+        for client in (logger, results.updater):
             client.close(1)
-        for stream in (stream_train, stream_report, stream_eval):
+        for stream in streams.values():
             learning.close_stream(stream)
         for stream in sources.values():
             stream.close()
     return 0
+
+
+class _Results:
+    """Reads each update's results one update late (so the device runs
+    the next one meanwhile), sends its replay context back to the replay,
+    and keeps the train metrics until they are logged."""
+
+    def __init__(self, args, link, updater):
+        self.args, self.link, self.updater = args, link, updater
+        self.agg = elements.Agg()
+        self.usage = elements.Usage(**args.usage)
+        self.fps = elements.FPS()
+        self.updates = collections.deque()
+        self.finished = False
+
+    def read(self, outs, mets):
+        """Reads an update's results (waiting for the device if it is not
+        done) and sends its replay context back."""
+        start = time.monotonic()
+        with elements.timer.section('train_results'):
+            self.agg.add(mets)
+        self.link.count('train_seconds', time.monotonic() - start)
+        if not self.finished:
+            launched = psutil.Process().create_time()
+            print(f'First train step finished {time.time() - launched:.1f} '
+                  f's after launch.', flush=True)
+            self.finished = True
+        if 'replay' in outs:
+            with elements.timer.section('replay_update'):
+                self.updates.append(self.updater.update(outs['replay']))
+            while self.updates and self.updates[0].done():
+                self.updates.popleft().result()
+
+    def stats(self, agent, sources):
+        """The metrics of one log: train rate and metrics, timers, policy
+        lag, resource usage, and each batch stream's client."""
+        stats = {'fps/train': self.fps.result()}
+        stats.update(learning.timer_metrics('timer/agent'))
+        stats.update(prefix(self.agg.result(), 'train'))
+        stats.update(policy_lag(agent))
+        stats.update(prefix(self.usage.stats(), 'usage/agent'))
+        for source, stream in sources.items():
+            stats.update(prefix(stream.client.stats(), f'client/{source}'))
+        return stats
+
+
+def _report(agent, args, link, streams, sources, replicas, logger):
+    """A report on a fresh carry, as the original, and with eval envs an
+    eval report once every replica's eval batch is ready."""
+    for source in ('report', 'eval'):
+        if source == 'eval' and not (args.eval_envs and replicas.eval_ready(
+                sources['eval'].ready_soon())):
+            continue
+        carry = agent.init_report(args.batch_size)
+        _, metrics = learning.report_on(
+            agent, streams[source], args, carry, link.train_lock)
+        if metrics is not None:
+            logger.add(prefix(metrics, source))
+
+
+def policy_lag(agent):
+    """The agent's policy lag metrics (agents that swap parameters to the
+    policy), else none."""
+    return agent.policy_lag() if hasattr(agent, 'policy_lag') else {}
 
 
 def wait_compiled(agent, stop, poll=0.2):
