@@ -23,6 +23,7 @@ import embodied
 from embodied import config as configlib
 from embodied import rpc
 from embodied.core import diskfull
+from embodied.core import linewise
 from embodied.run import arguments
 from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
@@ -59,6 +60,7 @@ class UsageError(Exception):
 
 
 def main(argv=None):
+    linewise.install()  # The launcher's threads print whole lines.
     try:
         config = parse(argv)
         if config.script in REPLAY_SCRIPTS:

@@ -39,6 +39,7 @@ import portal
 import psutil
 
 from embodied.core import diskfull
+from embodied.core import linewise
 from embodied.core import signals
 
 from . import addresses
@@ -169,6 +170,7 @@ def die_with_parent(parent_pid):
 
 def _child_main(payload, name, parent_pid, options, errors):
     die_with_parent(parent_pid)
+    linewise.install()  # Whole lines in the log the processes share.
     signals.ignore_in_child()
 
     def main():

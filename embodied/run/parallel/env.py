@@ -170,8 +170,23 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
     `separate` (a command started apart from the main run), it gives up
     after run.connect_timeout without the actor."""
     args = arguments.normalize(args)
-    make_env = connections.loads(make_env)
-    name = worker_name(envids)
+    envs = make_envs(connections.loads(make_env), envids)
+    worker = EnvWorker(envs, envids, args, is_eval, separate)
+    try:
+        return worker.run()
+    except (rpc.Unreachable, ActorRefused, ActorUnreachable) as e:
+        if not separate:  # rpc.Unreachable (or Refused): its logger's.
+            raise
+        print(e, flush=True)  # A line, not a traceback: nothing failed here.
+        raise SystemExit(getattr(e, 'exitcode', None) or (
+            rpc.supervisor.exit_code(e))) from None
+    finally:
+        worker.close()
+
+
+def make_envs(make_env, envids):
+    """The worker's envs; those made are closed when one constructor
+    fails, which `EnvInitError` names."""
     envs = []
     try:
         for envid in envids:
@@ -182,22 +197,74 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
         raise EnvInitError(
             f'Env {envid} failed in its constructor: '
             f'{type(e).__name__}: {e}') from e
-    stack = stacker(envs)
-    fixed = {
-        'envid': np.asarray(envids, np.int32),
-        'is_eval': np.full(len(envids), bool(is_eval))}
-    fps = elements.FPS()
-    should_log = embodied.LocalClock(args.log_every)
-    logger = None
-    backoff = rpc.backoff.Backoff(every=args.wait_report)
+    return envs
 
-    def connect(lost=False):
-        # The actor serves only once it reached the replay and logger, which
-        # may take run.connect_timeout itself: a launch's worker waits twice
-        # as long, so that the role that is really missing is the one named.
-        # A separate command's worker waits run.connect_timeout: without
-        # the actor that long, its main run has ended or never started.
-        if separate:
+
+class EnvWorker:
+    """One env worker's loop: step its envs, send their observations to the
+    actor in one `act` request, apply the actions of the reply; reconnect
+    with back-off when the actor is lost (new episodes then)."""
+
+    def __init__(self, envs, envids, args, is_eval, separate):
+        self.envs, self.envids, self.args = envs, envids, args
+        self.separate = separate
+        self.name = worker_name(envids)
+        self.stack = stacker(envs)
+        self.fixed = {
+            'envid': np.asarray(envids, np.int32),
+            'is_eval': np.full(len(envids), bool(is_eval))}
+        self.fps = elements.FPS()
+        self.should_log = embodied.LocalClock(args.log_every)
+        self.backoff = rpc.backoff.Backoff(every=args.wait_report)
+        self.waiting = (f'[{self.name}] Waiting for actions from the actor '
+                        f'at {args.actor_addr}')
+        self.actor = None
+        self.logger = None
+
+    def run(self):
+        """Steps until the actor's stop reply; returns 0."""
+        args = self.args
+        self.actor = self.connect()
+        if self.envids[0] == 0 and '{auto}' not in args.logger_addr:
+            self.logger = connections.connect(
+                args, 'logger', f'{self.name}Logger', separate=self.separate,
+                maxinflight=1)
+        acts = self.reset_actions()
+        while True:
+            with elements.timer.section('step'):
+                obs = [self.step(*x) for x in zip(self.envids, self.envs, acts)]
+            try:
+                batch = self.stack(obs)
+            except embodied.wrappers.BatchSpaceError as e:
+                raise BadInput(f'Env {self.envids[e.index]}: {e}') from None
+            batch.update(self.fixed)
+            self.fps.step(len(self.envs))
+            try:
+                with elements.timer.section('request'):
+                    reply = self.request(batch)
+            except portal.Disconnected:
+                self.reconnect()
+                acts = self.reset_actions()
+                continue
+            if self.backoff.attempts:
+                self.backoff.reset()
+            if connections.STOP_KEY in reply:
+                return 0
+            acts = [{k: v[i] for k, v in reply.items()}
+                    for i in range(len(self.envs))]
+            if self.logger and self.should_log():
+                self.logger.add({'fps/env': self.fps.result(),
+                                 **learning.timer_metrics('timer/env')})
+
+    def connect(self, lost=False):
+        """A client of the actor. The actor serves only once it reached the
+        replay and logger, which may take run.connect_timeout itself: a
+        launch's worker waits twice as long, so that the role that is
+        really missing is the one named. A separate command's worker waits
+        run.connect_timeout: without the actor that long, its main run has
+        ended or never started."""
+        args = self.args
+        if self.separate:
             timeout = args.connect_timeout
         else:
             timeout = connections.connect_timeout(args, 'actor')
@@ -206,86 +273,49 @@ def run_worker(make_env, envids, args, is_eval, separate=False):
         # launcher prints one line for all of them while the agent builds.
         try:
             return rpc.SyncClient.connect(
-                args.actor_addr, name, timeout, connections.ipv6(args),
-                report_every=args.wait_report if separate or lost else None,
-                handshake=connections.handshake(args), backoff=backoff)
+                args.actor_addr, self.name, timeout, connections.ipv6(args),
+                report_every=(
+                    args.wait_report if self.separate or lost else None),
+                handshake=connections.handshake(args), backoff=self.backoff)
         except rpc.Refused as e:
             raise ActorRefused(str(e)) from None
         except rpc.Unreachable as e:
-            if separate:
+            if self.separate:
                 when = 'since it was lost' if lost else 'since this start'
-                e = (f'[{name}] No actor at {args.actor_addr} for {timeout} s '
-                     f'{when} (run.connect_timeout): the main run has ended '
-                     f'or never started. Exiting.')
+                e = (f'[{self.name}] No actor at {args.actor_addr} for '
+                     f'{timeout} s {when} (run.connect_timeout): the main '
+                     f'run has ended or never started. Exiting.')
             raise ActorUnreachable(str(e)) from None
 
-    def reset_actions():
-        return [{**{k: v.sample() for k, v in env.act_space.items()},
-                 'reset': True} for env in envs]
+    def reconnect(self):
+        self.backoff.report('lost', (
+            f'[{self.name}] Lost the actor at {self.args.actor_addr}; '
+            f'reconnecting and starting new episodes.'))
+        self.actor.close(1)
+        self.actor = None
+        self.backoff.wait()
+        self.actor = self.connect(lost=True)
 
-    def step(envid, env, act):
+    def reset_actions(self):
+        return [{**{k: v.sample() for k, v in env.act_space.items()},
+                 'reset': True} for env in self.envs]
+
+    def step(self, envid, env, act):
         try:
             return env.step(act)
         except embodied.wrappers.SpaceError as e:
             raise BadInput(f'Env {envid}: {e}') from None
 
-    waiting = (f'[{name}] Waiting for actions from the actor at '
-               f'{args.actor_addr}')
-
-    def request(batch):
+    def request(self, batch):
         try:
-            return actor.call(
-                'act', batch, report_every=args.wait_report, report=waiting)
+            return self.actor.call(
+                'act', batch, report_every=self.args.wait_report,
+                report=self.waiting)
         except rpc.BadRequest as e:
-            raise BadInput(f'Envs {envids}: {e}') from None
+            raise BadInput(f'Envs {self.envids}: {e}') from None
 
-    actor = None
-    try:
-        actor = connect()
-        if envids[0] == 0 and '{auto}' not in args.logger_addr:
-            logger = connections.connect(
-                args, 'logger', f'{name}Logger', separate=separate,
-                maxinflight=1)
-        acts = reset_actions()
-        while True:
-            with elements.timer.section('step'):
-                obs = [step(*x) for x in zip(envids, envs, acts)]
-            try:
-                batch = stack(obs)
-            except embodied.wrappers.BatchSpaceError as e:
-                raise BadInput(f'Env {envids[e.index]}: {e}') from None
-            batch.update(fixed)
-            fps.step(len(envs))
-            try:
-                with elements.timer.section('request'):
-                    reply = request(batch)
-            except portal.Disconnected:
-                backoff.report('lost', (
-                    f'[{name}] Lost the actor at {args.actor_addr}; '
-                    f'reconnecting and starting new episodes.'))
-                actor.close(1)
-                actor = None
-                backoff.wait()
-                actor = connect(lost=True)
-                acts = reset_actions()
-                continue
-            if backoff.attempts:
-                backoff.reset()
-            if connections.STOP_KEY in reply:
-                return 0
-            acts = [{k: v[i] for k, v in reply.items()}
-                    for i in range(len(envs))]
-            if logger and should_log():
-                logger.add({'fps/env': fps.result(),
-                            **learning.timer_metrics('timer/env')})
-    except (rpc.Unreachable, ActorRefused, ActorUnreachable) as e:
-        if not separate:  # rpc.Unreachable (or Refused): its logger's.
-            raise
-        print(e, flush=True)  # A line, not a traceback: nothing failed here.
-        raise SystemExit(getattr(e, 'exitcode', None) or (
-            rpc.supervisor.exit_code(e))) from None
-    finally:
-        actor and actor.close(1)
-        logger and logger.close(1)
-        for env in envs:
+    def close(self):
+        self.actor and self.actor.close(1)
+        self.logger and self.logger.close(1)
+        for env in self.envs:
             env.close()

@@ -298,9 +298,9 @@ class ReplayRole:
 
 # The process: the role behind a server on run.replay_addr.
 
-def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
-    """Serves the train and eval replays, enforcing the train ratio."""
-    args = arguments.normalize(args)
+def resumed_role(make_replay_train, make_replay_eval, make_stream, args):
+    """The replay role over fresh replays, resumed from the newest save
+    when there is one."""
     replay_train = connections.loads(make_replay_train)()
     replay_eval = connections.loads(make_replay_eval)()
     for replay in (replay_train, replay_eval):
@@ -314,7 +314,13 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
     if tag is not None:
         print(f'Replay resumed from the save at step {tag} '
               f'({len(replay_train)} items).', flush=True)
+    return role
 
+
+def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
+    """Serves the train and eval replays, enforcing the train ratio."""
+    args = arguments.normalize(args)
+    role = resumed_role(make_replay_train, make_replay_eval, make_stream, args)
     done = threading.Event()
     # A separate command runs in the main process of its own command line;
     # a launch's replay is a child of the launcher, which watches it.

@@ -1,0 +1,52 @@
+"""Whole lines on stdout and stderr, however many threads print.
+
+`print(text)` writes `text` and then the newline in two calls, so a line of
+one thread can end up glued to another's (`... a cold start).Workers: ...`)
+and the processes sharing a terminal or a job's log interleave mid-line
+the same way. `install()` wraps both streams so that each thread's text is
+held until it ends a line and every line goes out in one write:
+
+    linewise.install()   # once, at the start of a process
+"""
+
+import sys
+import threading
+
+
+class LineWriter:
+    """A text stream's writer that writes whole lines only, each in one
+    call of the wrapped stream's `write`; what a thread wrote after its
+    last newline waits for the next newline or `flush()`."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def write(self, text):
+        pending = getattr(self._local, 'pending', '') + text
+        lines, newline, rest = pending.rpartition('\n')
+        if newline:
+            with self._lock:
+                self.stream.write(lines + newline)
+        self._local.pending = rest
+        return len(text)
+
+    def flush(self):
+        rest = getattr(self._local, 'pending', '')
+        with self._lock:
+            if rest:
+                self.stream.write(rest)
+            self.stream.flush()
+        self._local.pending = ''
+
+    def __getattr__(self, name):  # fileno, encoding, isatty, buffer, ...
+        return getattr(self.stream, name)
+
+
+def install():
+    """Wraps `sys.stdout` and `sys.stderr` (once) in a `LineWriter`."""
+    for name in ('stdout', 'stderr'):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, LineWriter):
+            setattr(sys, name, LineWriter(stream))
