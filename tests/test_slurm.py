@@ -78,11 +78,13 @@ def still_running(cluster, job, out):
 def requeued(cluster, job, times):
     """Waits until the job was requeued `times` times and runs again: a
     requeued job waits for its begin time, about 2 minutes ahead, which
-    this moves to now; and its time limit goes to 30 minutes, so that no
-    second signal comes while the test looks at the resumed run."""
+    this moves to 3 s from now (slurmd refuses a job whose new credential
+    dates from the second its old one was revoked: 'Job credential
+    revoked'); and its time limit goes to 30 minutes, so that no second
+    signal comes while the test looks at the resumed run."""
     cluster.wait(lambda: int(cluster.job(job)['Restarts']) >= times, 180,
                  f'job {job} to be requeued')
-    cluster.run('scontrol', 'update', f'JobId={job}', 'StartTime=now',
+    cluster.run('scontrol', 'update', f'JobId={job}', 'StartTime=now+3',
                 'TimeLimit=30', check=False)
     cluster.wait(lambda: cluster.state(job) == 'RUNNING', 180,
                  f'job {job} to run again')
