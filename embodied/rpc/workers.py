@@ -113,6 +113,7 @@ class Thread:
         self._fn, self._args = fn, args
         self._exitcode = None
         self.error = None  # One line on the exception that ended it.
+        self.exception = None  # That exception.
         self.thread = threading.Thread(
             target=self._main, name=self.name, daemon=True)
         self.thread.children = []  # Where portal registers its workers.
@@ -137,8 +138,13 @@ class Thread:
         """Threads cannot be killed; a daemon thread ends with the process."""
 
     def _main(self):
-        self._exitcode, self.error = _run(
-            lambda: self._fn(*self._args), self.name)
+        def call():
+            try:
+                return self._fn(*self._args)
+            except BaseException as e:
+                self.exception = e
+                raise
+        self._exitcode, self.error = _run(call, self.name)
 
     def __repr__(self):
         return f'Thread({self.name}, exitcode={self.exitcode})'

@@ -33,7 +33,6 @@ from embodied.run.learning import prefix
 # or the thread's client printed why a peer never came or refused it.
 _QUIET_ENDS = (rpc.supervisor.EXIT_PORT_TAKEN,
                rpc.supervisor.EXIT_UNREACHABLE, rpc.supervisor.EXIT_REFUSED)
-_GAVE_UP = (rpc.supervisor.EXIT_UNREACHABLE, rpc.supervisor.EXIT_REFUSED)
 
 
 def parallel_agent(make_agent, args):
@@ -50,12 +49,10 @@ def parallel_agent(make_agent, args):
         for thread in (actor, learner):
             if thread.exitcode not in (None, 0):
                 link.abort()
-                if thread.exitcode in _GAVE_UP and thread.error:
-                    # The agent's own error names the peer that was not
-                    # there, for the launcher's one line.
-                    kind, _, text = thread.error.partition(': ')
-                    raise (rpc.Refused if kind == 'Refused' else
-                           rpc.Unreachable)(text)
+                if isinstance(thread.exception, rpc.Unreachable):
+                    # The agent ends with it: it names the peer that was
+                    # not there, for the launcher's one line.
+                    raise thread.exception
                 if thread.exitcode in _QUIET_ENDS:
                     return thread.exitcode
                 raise _ThreadFailed(
