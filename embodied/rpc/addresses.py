@@ -82,10 +82,14 @@ def free_ports(count, ipv6=False):
             sock.close()
 
 
-def fill_auto(addrs, ipv6=False):
-    """Replaces `{auto}` in each address with a distinct free port."""
+def fill_auto(addrs, ipv6=False, avoid=()):
+    """Replaces `{auto}` in each address with a distinct free port, none of
+    them in `avoid` (ports free now that another server of the run binds
+    later, such as JAX's coordinator)."""
     auto = [key for key, addr in addrs.items() if '{auto}' in str(addr)]
-    ports = free_ports(len(auto), ipv6)
+    avoid = {int(port) for port in avoid}
+    ports = [port for port in free_ports(len(auto) + len(avoid), ipv6)
+             if port not in avoid][:len(auto)]
     filled = dict(addrs)
     for key, port in zip(auto, ports):
         filled[key] = str(addrs[key]).format(auto=port)

@@ -139,6 +139,9 @@ class ClientSocket(client_socket.ClientSocket):
                  **kwargs):
         self.backoff = backofflib.Backoff(every=report_every)
         self.refusals = Refusals(name, self.backoff)
+        # Runs every 0.2 s while a call waits for a lost connection; may
+        # raise to give up (`connect(check=...)` sets it).
+        self.check = None
         super().__init__(addr, name, start, **kwargs)
 
     def _connect(self):
@@ -181,7 +184,8 @@ class ClientSocket(client_socket.ClientSocket):
     def require_connection(self, timeout):
         # portal waits for a connection without end; this wait also ends
         # when the client is closed, so a call blocked on a dead server does
-        # not keep its thread, and with it the process, alive.
+        # not keep its thread, and with it the process, alive, and when
+        # `check` raises (the launcher's: the role's worker has died).
         if self.connected:
             return
         if not self.options.autoconn:
@@ -192,6 +196,8 @@ class ClientSocket(client_socket.ClientSocket):
         while not self.isconn.wait(0.2):
             if not self.running:
                 raise portal.Disconnected
+            if self.check:
+                self.check()
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError
 
@@ -393,7 +399,8 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
     seconds (None waits forever). Every `report_every` seconds of waiting it
     prints whom it waits for (`report`, a line or a callable giving one,
     instead of the plain line); `check()`, if given, runs every 0.2 s of
-    waiting and may raise to give up. Extra kwargs go to the client
+    waiting and may raise to give up, here and later whenever a call waits
+    for the connection to come back. Extra kwargs go to the client
     (`maxinflight`, `autoconn`, `handshake`: the run's, see `auth`; None:
     portal's). `ipv6` defaults to `portal.setup()`'s."""
     if ipv6 is None:
@@ -413,6 +420,7 @@ def connect(addr, name, timeout=None, ipv6=None, report_every=None,
         waits = [t - now for t in (next_report, deadline) if t is not None]
         waits += [0.2] if check else []
         if client.connect(max(0.0, min(waits)) if waits else None):
+            client.socket.check = check
             return client
         now = time.monotonic()
         try:

@@ -27,7 +27,8 @@ GLOBALS = (
 def from_config(config):
     """The `args` for the runners from a full config."""
     return elements.Config(
-        **config.run, **{key: config[key] for key in GLOBALS})
+        **config.run, **{key: config[key] for key in GLOBALS},
+        coordinator_address=config.jax.coordinator_address)
 
 
 def normalize(args):
@@ -84,6 +85,8 @@ def _defaults():
     config = configlib.build([])
     flat = dict(config.run.flat)
     flat.update({k: config[k] for k in GLOBALS if k != 'logdir'})
+    # Replica 0's coordinator (JAX's): the launcher's `{auto}` ports avoid it.
+    flat['coordinator_address'] = config.jax.coordinator_address
     return tuple(flat.items())
 
 

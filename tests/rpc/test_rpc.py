@@ -66,6 +66,19 @@ def test_fill_auto_gives_distinct_ports():
     assert filled['a'].startswith('localhost:')
 
 
+def test_fill_auto_avoids_the_ports_it_is_told(monkeypatch):
+    """The kernel may offer JAX's coordinator port, free until replica 0's
+    agent binds it (seen in CI: the actor took it, every replica ended)."""
+    offered = iter([[4001, 4002, 4003], [4001, 4002, 4003]])
+    monkeypatch.setattr(
+        rpc.addresses, 'free_ports', lambda count, ipv6=False: next(offered))
+    addrs = {'a': 'localhost:{auto}', 'b': 'localhost:{auto}'}
+    assert rpc.addresses.fill_auto(addrs, avoid=['4001']) == {
+        'a': 'localhost:4002', 'b': 'localhost:4003'}
+    assert rpc.addresses.fill_auto(addrs) == {
+        'a': 'localhost:4001', 'b': 'localhost:4002'}
+
+
 def test_server_binds_loopback_only():
     with rpc.Server('localhost:0', 'Test') as server:
         assert server.socket.sock.getsockname()[0] == '127.0.0.1'
@@ -410,6 +423,46 @@ def test_client_reconnects_after_server_restart():
     finally:
         client.close(1)
         server.close()
+
+
+def test_a_call_waiting_for_a_lost_server_runs_the_check():
+    """The launcher's call to a role whose worker died: portal would wait
+    for the connection without end (a replica's stop hung so in CI); the
+    client's `check` runs while it waits and ends the call."""
+    server = rpc.Server('localhost:0', 'Role')
+    server.bind('echo', lambda x: x)
+    server.start()
+    gone = threading.Event()
+
+    def check():
+        if gone.is_set():
+            raise rpc.WorkerFailed('Role', -6)
+    client = rpc.connect(server.port, 'Launcher', timeout=10, check=check)
+    try:
+        assert client.echo(1).result(timeout=5) == 1
+        server.close()
+        deadline = time.monotonic() + 10
+        while client.connected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not client.connected
+        gone.set()
+        result = []
+        caller = threading.Thread(target=lambda: result.append(
+            _raised(lambda: client.call('echo', 2))), daemon=True)
+        caller.start()
+        caller.join(10)
+        assert not caller.is_alive(), 'the call still waits for the server'
+        assert isinstance(result[0], rpc.WorkerFailed), result
+    finally:
+        client.close(1)
+
+
+def _raised(fn):
+    try:
+        fn()
+    except Exception as e:
+        return e
+    return None
 
 
 def _bind_taken(port):

@@ -72,7 +72,8 @@ def combined(
     auto = any('{auto}' in str(args[k]) for k in ADDR_KEYS)
     for attempt in range(PORT_ATTEMPTS):
         filled = rpc.addresses.fill_auto(
-            {k: args[k] for k in ADDR_KEYS}, connections.ipv6(args))
+            {k: args[k] for k in ADDR_KEYS}, connections.ipv6(args),
+            avoid=_coordinator_port(args))
         launch = _Launch(
             factories, args.update(filled),
             handshake=creds and creds.handshake(control=True),
@@ -85,6 +86,20 @@ def combined(
             if attempt + 1 == PORT_ATTEMPTS:
                 raise
             print(f'{e} Retrying with other ports.', flush=True)
+
+
+def _coordinator_port(args):
+    """The port of JAX's coordinator when this launch's agent may serve it
+    (replica 0 binds it only once the agent is being built, after the
+    launcher chose its `{auto}` ports): a port taken by both would end
+    every replica."""
+    address = args.get('coordinator_address')
+    if args.replicas <= 1 or not address:
+        return ()
+    try:
+        return (rpc.addresses.split(address)[1],)
+    except ValueError:
+        return ()  # The agent names the bad address when it joins.
 
 
 def _refuse_in_spawned_worker():

@@ -65,9 +65,11 @@ def test_with_defaults_fills_our_keys_and_keeps_the_given_ones():
     run = yaml_defaults()['run']
     added = set(args.flat) - set(given.flat)
     assert 'from_checkpoint_regex' in added and 'seed' in added
-    for key in added - {'seed'}:
+    for key in added - {'seed', 'coordinator_address'}:
         assert args[key] == run[key], key
     assert args.seed == yaml_defaults()['seed']
+    assert args.coordinator_address == (
+        yaml_defaults()['jax']['coordinator_address'])
 
 
 def test_with_defaults_keeps_values_of_our_keys_when_given():
