@@ -286,9 +286,9 @@ def test_taken_auto_port_is_retried(monkeypatch, taken):
     calls = []
     fill_auto = addresses.fill_auto
 
-    def flaky(addrs, ipv6=False):
+    def flaky(addrs, ipv6=False, avoid=()):
         calls.append(addrs)
-        return fill_auto(addrs, ipv6)
+        return fill_auto(addrs, ipv6, avoid)
 
     class FakeLaunch:
         attempts = 0
