@@ -43,7 +43,7 @@ class ActorRole:
     `logger` are clients. `act` runs on `run.actor_threads` threads at once;
     `send` one call at a time, in request order. Keeps one policy carry per
     env. `flush()` sends held transitions; the actor's loop calls it every
-    few milliseconds and `drained` before a save."""
+    few milliseconds and the agent's `quiesce` before a save."""
 
     RPC = {'act': 'env workers'}  # Its RPC method: who calls it.
 

@@ -12,11 +12,12 @@
 
 The lifecycle, its states and the order of the stop are `launcher.py`'s
 (`Launcher`); every role serves the same control methods (lifecycle.py).
-Crashed env workers restart (`env.pool`); an env error a restart cannot fix stops the run in order with
-a save, then raises `rpc.WorkerFailed` naming the worker. With run.auth the
-launcher hands its workers the data token only and alone holds the control
-token (`rpc.auth`, `remote_roles.credentials`). SIGTERM to any process of
-the run asks for a stop with a final save (workers ignore it and SIGINT).
+Crashed env workers restart (`env.pool`); an env error a restart cannot
+fix stops the run in order with a save, then raises `rpc.WorkerFailed`
+naming the worker. With run.auth the launcher hands its workers the data
+token only and alone holds the control token (`rpc.auth`,
+`remote_roles.credentials`). SIGTERM to any process of the run asks for a
+stop with a final save (workers ignore it and SIGINT).
 
 RPC methods called: those of `launcher.py`.
 """

@@ -347,7 +347,8 @@ class Launcher:
         """Drains, saves and ends every worker in the order of
         `_stop_steps`. With `failed`, an env worker already failed: the run
         still saves, and then fails."""
-        self.env_group.stop('restarts')  # A crash from here on needs no restart.
+        # A crash from here on needs no restart.
+        self.env_group.stop('restarts')
         step = int(self._call('logger', 'status')['run_step'])
         print(f'{reason} at step {step}: saving and stopping.', flush=True)
         for state, _, action in self._stop_steps(step, failed):
