@@ -23,7 +23,8 @@ by `--timeout` seconds per command. Faults:
 * `garbage`: while the run trains, each of the three ports gets random bytes,
   a zero-length and a 4 GiB frame header (after portal's plain handshake and
   after a wrong token), 50 connections held open, and an unauthenticated
-  `shutdown` from a plain `portal.Client`; then the run is stopped by SIGTERM.
+  `stop('exit')` from a plain `portal.Client`; then the run is stopped by
+  SIGTERM.
 
 Roles started as separate commands (`--script parallel_envs` next to
 `--script parallel --run.remote_envs True`, each with its own logdir, on
@@ -503,7 +504,7 @@ def fault_garbage(tmp, timeout):
             client = portal.Client(f'127.0.0.1:{port}', 'Intruder',
                                    logging=False)
             try:
-                client.call('shutdown').result(timeout=3)
+                client.call('stop', 'exit').result(timeout=3)
             except Exception:
                 pass
             finally:

@@ -12,8 +12,10 @@ One module per role (launch, agent_process, actor, learner, replay_server,
 logger_server, env); each role's logic is a class whose methods are its RPC
 methods, declared once in its `RPC` table ({method: who calls it}), which
 `connections.bind_role` binds to a server and `rpc_table()` lists. Helpers:
-`save_and_stop` (the launcher's protocol), `link` (what actor and learner
-share) and `remote_roles` (roles started as separate commands). Entry
+`lifecycle` (the control methods every role serves, declared once),
+`launcher` (the launcher's lifecycle as one state machine), `link` (what
+actor and learner share) and `remote_roles` (roles started as separate
+commands). Entry
 points keep the original's signatures; every factory may be given as a
 callable or as its cloudpickled bytes.
 """

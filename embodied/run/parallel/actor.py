@@ -16,7 +16,8 @@ limiter holds inserts back), further transitions are held and go on joined
 requests.
 
 The server on `run.actor_addr` is the agent process's one server: the actor
-binds `act` on it, next to the agent's control methods (agent_process.py).
+binds `act` on it, next to the agent's control methods (`AgentControl` in
+agent_process.py, handed to `parallel_actor` as `control`).
 
 RPC methods served: `ActorRole.RPC`. Called: replay `add_batch`, logger
 `tran`.
@@ -42,7 +43,7 @@ class ActorRole:
     `logger` are clients. `act` runs on `run.actor_threads` threads at once;
     `send` one call at a time, in request order. Keeps one policy carry per
     env. `flush()` sends held transitions; the actor's loop calls it every
-    few milliseconds and `drained` before a save."""
+    few milliseconds and the agent's `quiesce` before a save."""
 
     RPC = {'act': 'env workers'}  # Its RPC method: who calls it.
 
@@ -152,9 +153,11 @@ def backlog(args):
 # The server: `act` on run.actor_addr, next to the agent's control methods.
 
 @elements.timer.section('actor')
-def parallel_actor(agent, barrier, args):
+def parallel_actor(agent, barrier, args, control=None):
     """Serves `act`: batches envs, runs the policy, replies, then sends the
-    transitions to the replay and logger."""
+    transitions to the replay and logger. `control` (the agent role's
+    `AgentControl`) is bound on the same server; the original's callers
+    pass a plain barrier and no control."""
     args = arguments.normalize(args)
     link = link_of(barrier)
     try:
@@ -173,8 +176,8 @@ def parallel_actor(agent, barrier, args):
             connections.bind_role(server, actor, act=dict(
                 workfn=actor.act, postfn=actor.send, batch=args.actor_batch,
                 workers=args.actor_threads, check=_finite_obs))
-            if link.bind_control:
-                link.bind_control(server, actor)
+            if control is not None:
+                control.attach(server, actor)
             server.start()
             while not link.shutdown.wait(0.01):
                 server.raise_error()

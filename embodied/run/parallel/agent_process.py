@@ -5,16 +5,19 @@ of its own. "The agent process" below means whichever process holds it.
 
     parallel_agent(make_agent, args):
         agent = make_agent(); link = AgentLink()
-        link.bind_control = AgentControl(link, args).attach
-        start Thread(parallel_actor, agent, link)     # serves 'act', see actor.py
-        start Thread(parallel_learner, agent, link)   # trains, see learner.py
+        control = AgentControl(link, args)
+        start Thread(parallel_actor, agent, link, control)  # serves 'act'
+                                          # and the control: see actor.py
+        start Thread(parallel_learner, agent, link)  # trains: see learner.py
         wait; a failed thread ends the process with its exit code
 
-`AgentControl` holds the launcher's methods on the agent process. They are
-served on the actor's server at `run.actor_addr`, the one address the
-launcher, the env workers and the original's env processes all know (each
-bound method has its own threads, so a control call never waits behind
-`act`); the actor thread calls `link.bind_control` before it starts it.
+`AgentControl` is the agent's side of the control protocol
+(lifecycle.py): status, quiesce, save, resume, stop. Its methods are served
+on the actor's server at `run.actor_addr`, the one address the launcher,
+the env workers and the original's env processes all know (each bound
+method has its own threads, so a control call never waits behind `act`):
+the actor thread, handed the control as an argument, binds it there beside
+`act` before it starts the server.
 `AgentLink` (link.py) is what the threads share, each field with its lock.
 """
 
@@ -23,6 +26,7 @@ import time
 from embodied import rpc
 from embodied.run import arguments
 from embodied.run import connections
+from embodied.run.parallel import lifecycle
 from embodied.run.parallel.actor import parallel_actor
 from embodied.run.parallel.learner import parallel_learner
 from embodied.run.parallel.link import AgentLink
@@ -40,8 +44,9 @@ def parallel_agent(make_agent, args):
     args = arguments.normalize(args)
     agent = connections.loads(make_agent)()
     link = AgentLink()
-    link.bind_control = AgentControl(link, args).attach
-    actor = rpc.Thread(parallel_actor, agent, link, args, name='Actor')
+    control = AgentControl(link, args)
+    actor = rpc.Thread(
+        parallel_actor, agent, link, args, control, name='Actor')
     learner = rpc.Thread(parallel_learner, agent, link, args, name='Learner')
     actor.start()
     learner.start()
@@ -70,15 +75,16 @@ def parallel_agent(make_agent, args):
     return 0
 
 
-class AgentControl:
-    """The agent process's control methods, for the launcher, bound by
-    `attach` on the actor's server. They run on the server's threads and
-    touch the actor and learner only through `link` (under the locks it
-    names) and the `act` method's queue."""
+class AgentControl(lifecycle.RoleControl):
+    """The agent's side of the control protocol (lifecycle.py), bound by
+    `attach` on the actor's server. The methods run on the server's
+    threads and touch the actor and learner only through `link` (under the
+    locks it names) and the `act` method's queue. Stop stages: 'learner'
+    (True once the learner ended), 'envs' (every `act` from now on gets the
+    stop reply), 'exit' (ends the actor's server and thread)."""
 
-    RPC = {name: connections.LAUNCHER for name in (  # Who calls each.
-        'status', 'pause', 'resume', 'drained', 'save', 'stop_learner',
-        'stop_envs', 'shutdown')}
+    ROLE = 'agent'
+    STAGES = ('learner', 'envs', 'exit')
 
     def __init__(self, link, args):
         self.link = link
@@ -102,18 +108,15 @@ class AgentControl:
             'refused_from': list(self.server.socket.refused_from),
         }
 
-    def pause(self):
-        """Holds new `act` batches back (for a save)."""
+    def quiesce(self):
+        """Holds new `act` batches back; True once every transition the
+        actor produced has arrived at the replay and the logger."""
         self.server.pause('act')
+        return bool(self.server.idle('act') and self.actor.flush() and
+                    self.actor.settle())
 
     def resume(self):
         self.server.resume('act')
-
-    def drained(self):
-        """Whether every transition the actor produced has arrived at the
-        replay and the logger."""
-        return (self.server.idle('act') and self.actor.flush() and
-                self.actor.settle())
 
     def save(self, tag):
         """Saves the agent under `tag`, between train steps."""
@@ -121,18 +124,16 @@ class AgentControl:
             self.link.checkpoint.save(int(tag))
         return int(tag)
 
-    def stop_learner(self):
+    def _stop_learner(self):
         """Stops the learner after its current step; True once it ended."""
         self.link.learner_stop.set()
         self.link.learner_done.wait(self.stop_timeout)
         return self.link.learner_done.is_set()
 
-    def stop_envs(self):
-        """Answers every `act` request from now on with the stop reply."""
+    def _stop_envs(self):
         self.server.answer('act', {connections.STOP_KEY: True})
 
-    def shutdown(self):
-        """Ends the actor's server, and with it the actor thread."""
+    def _stop_exit(self):
         self.link.shutdown.set()
 
 

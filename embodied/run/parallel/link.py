@@ -4,7 +4,7 @@ the launcher by default, a process with `run.agent_process True`)."""
 import collections
 import dataclasses
 import threading
-from typing import Any, Callable
+from typing import Any
 
 _new = lambda cls: dataclasses.field(default_factory=cls)
 
@@ -35,11 +35,6 @@ class AgentLink:
     # Use `count` and `learner_stats`.
     learner: collections.Counter = _new(collections.Counter)
     learner_lock: threading.Lock = _new(threading.Lock)
-    # Set before the threads start, read by the actor thread once: binds the
-    # agent process's control methods on the actor's server (see
-    # agent_process.py). None when the original's callers run the actor on
-    # its own.
-    bind_control: Callable[[Any, Any], None] | None = None
 
     def count(self, key, amount=1):
         """Adds `amount` to the learner's counter `key`."""

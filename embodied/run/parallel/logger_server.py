@@ -6,6 +6,8 @@
     abandon(envids)     drops the unfinished episodes of a crashed worker
     replica_steps(steps) every replica's env step (several replicas): the
                         step written is their sum; returns this replica's
+    status, quiesce, save(tag), resume, stop(stage): the control protocol
+                        (lifecycle.py)
     every run.log_every: write aggregated metrics (jsonl, terminal, ...)
 
 The step (train env steps) is what the launcher reads (`status`) to decide
@@ -24,19 +26,23 @@ from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import saving
 from embodied.run import connections
+from embodied.run.parallel import lifecycle
 
 
-class LoggerRole:
+class LoggerRole(lifecycle.RoleControl):
     """The logger process's logic; each RPC method is a method of the same
     name. Owns the global step (`logger.step`) and the episode statistics.
     Methods run on the server's threads; everything they touch is under
-    `lock`. `checkpoint` must be set before `save` is called."""
+    `lock`. `checkpoint` must be set before `save` is called, and `on_exit`
+    (what ends the process) before `stop('exit')`, its one stop stage.
+    Nothing to quiesce: transitions in flight are the actor's."""
 
+    ROLE = 'logger'
+    STAGES = ('exit',)
     RPC = {  # Its RPC methods: who calls each.
         'tran': 'actor', 'add': 'learner, replay',
         'replica_steps': 'learner (several replicas)',
-        **{name: connections.LAUNCHER for name in (
-            'abandon', 'status', 'save', 'shutdown')}}
+        'abandon': connections.LAUNCHER, **lifecycle.RoleControl.RPC}
 
     def __init__(self, logger, args):
         self.logger = logger
@@ -48,6 +54,7 @@ class LoggerRole:
                 self.step, int(args.replica), int(args.replicas))
         self.episode_timeout = args.episode_timeout
         self.checkpoint = None
+        self.on_exit = None
         self.lock = threading.Lock()
         self.episodes = {
             False: episodeslib.EpisodeStats(logger, 'episode'),
@@ -123,6 +130,9 @@ class LoggerRole:
         with self.lock:
             self.checkpoint.save(int(tag))
         return int(tag)
+
+    def _stop_exit(self):
+        self.on_exit()
 
     # For the process.
 
@@ -205,7 +215,8 @@ def parallel_logger(make_logger, args):
 
     done = threading.Event()
     server = connections.server(args, 'logger', 'Logger')
-    connections.bind_role(server, role, shutdown=done.set)
+    role.on_exit = done.set
+    connections.bind_role(server, role)
     server.start()
     should_log = embodied.LocalClock(args.log_every)
     try:

@@ -9,7 +9,8 @@ RPC methods served: `ReplayRole.RPC`. Called: logger `add` (replay metrics).
 
 Started as its own command (`--script parallel_replay`), the replay exits
 with 69 (unreachable) or 77 (refused) when it cannot reach the logger (the
-main run) for run.connect_timeout, and with 0 on the main run's `shutdown`.
+main run) for run.connect_timeout, and with 0 on the main run's
+`stop('exit')`.
 """
 
 import collections
@@ -30,20 +31,24 @@ from embodied.run import replay_files
 from embodied.run import learning
 from embodied.run import saving
 from embodied.run import connections
+from embodied.run.parallel import lifecycle
 from embodied.run.learning import prefix
 
 
-class ReplayRole:
+class ReplayRole(lifecycle.RoleControl):
     """The replay process's logic; each RPC method is a method of the same
     name. Methods run on the server's threads, one per method at a time:
     inserts, updates and saves exclude each other under `lock`; limiter
-    waits wake on `changed`. `checkpoint` must be set before `save`."""
+    waits wake on `changed`. `checkpoint` must be set before `save`, and
+    `on_exit` (what ends the process) before `stop('exit')`. Stop stages:
+    'release' (every wait ends), 'exit'."""
 
+    ROLE = 'replay'
+    STAGES = ('release', 'exit')
     RPC = {  # Its RPC methods: who calls each.
         'add_batch': 'actor', 'sample_batch_train': 'learner',
         'sample_batch_report': 'learner', 'sample_batch_eval': 'learner',
-        'update': 'learner', **{name: connections.LAUNCHER for name in (
-            'status', 'save', 'drain', 'release', 'shutdown')}}
+        'update': 'learner', **lifecycle.RoleControl.RPC}
 
     def __init__(self, replay_train, replay_eval, make_stream, args):
         self.replay_train = replay_train
@@ -59,6 +64,7 @@ class ReplayRole:
             tolerance=4 * args.batch_size,
             minsize=args.batch_size * replay_train.length)
         self.checkpoint = None
+        self.on_exit = None
         self.released = threading.Event()
         self.draining = threading.Event()  # See `drain`.
         self.lock = threading.Lock()  # Keeps saves apart from inserts and updates.
@@ -180,6 +186,21 @@ class ReplayRole:
                       flush=True)
         return int(tag)
 
+    def quiesce(self):
+        """A save drains the actor: the replay takes what is on its way."""
+        return self.drain(True)
+
+    def resume(self):
+        self.drain(False)
+
+    def _stop_release(self):
+        self.release()
+
+    def _stop_exit(self):
+        self.on_exit()
+
+    # For the process and the stop.
+
     def drain(self, on):
         """While on (a save drains the actor), inserts skip the limiter:
         the rows on their way arrive at once, not as the learner makes room
@@ -192,8 +213,6 @@ class ReplayRole:
         """Ends every wait: inserts skip the limiter, samples answer None."""
         self.released.set()
         self._notify()
-
-    # For the process.
 
     def metrics(self):
         """The periodic metrics: limiter, counts, replay stats."""
@@ -345,8 +364,9 @@ def parallel_replay(make_replay_train, make_replay_eval, make_stream, args):
         logger.add(metrics()).result()  # Arrives before the logger's last write.
         done.set()
 
+    role.on_exit = shutdown
     server = connections.server(args, 'replay', 'Replay')
-    connections.bind_role(server, role, shutdown=shutdown)
+    connections.bind_role(server, role)
     server.start()
     lost = None  # Since when the logger has been unreachable.
     try:

@@ -13,8 +13,10 @@ from embodied.run import arguments
 from embodied.run import connections
 from embodied.run.parallel import link as linklib
 from embodied.run.parallel.agent_process import AgentControl
-from embodied.run.parallel import launch as launchlib
-from embodied.run.parallel import save_and_stop
+from embodied.run.parallel import launcher as launcherlib
+from embodied.run.parallel import lifecycle
+from embodied.run.parallel.logger_server import LoggerRole
+from embodied.run.parallel.replay_server import ReplayRole
 
 from .test_actor_role import make_actor, obs
 
@@ -36,40 +38,59 @@ def control():
 
 
 def launcher_calls(role):
-    """The RPC methods the launcher (launch.py, save_and_stop.py) calls on
-    `role`."""
-    names = set()
-    trees = [ast.parse(pathlib.Path(module.__file__).read_text())
-             for module in (launchlib, save_and_stop)]
-    for node in (node for tree in trees for node in ast.walk(tree)):
+    """The control calls the launcher (launcher.py) makes on `role`:
+    (method, stop stage or None)."""
+    tree = ast.parse(pathlib.Path(launcherlib.__file__).read_text())
+    calls = set()
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not node.args:
             continue
-        func, args = node.func, node.args
-        consts = [a.value for a in args if isinstance(a, ast.Constant)]
-        if isinstance(func, ast.Attribute) and func.attr == '_call':
-            if consts[:1] == [role] and len(consts) > 1:
-                names.add(consts[1])  # self._call('actor', 'pause')
-        elif isinstance(func, ast.Attribute) and func.attr == 'call':
-            target = func.value  # self.clients['actor'].call('save', ...)
-            if (isinstance(target, ast.Subscript) and isinstance(
-                    target.slice, ast.Constant) and
-                    target.slice.value == role and consts):
-                names.add(consts[0])
-        elif isinstance(func, ast.Attribute) and func.attr == '_shutdown':
-            if consts == [role]:
-                names.add('shutdown')
-    return names
+        func = node.func
+        if not isinstance(func, ast.Attribute):
+            continue
+        consts = [a.value for a in node.args if isinstance(a, ast.Constant)]
+        if func.attr in ('_call', '_try_call') and consts[:1] == [role]:
+            consts = consts[1:]  # self._call('actor', 'stop', 'learner')
+        elif func.attr == '_stop_role' and consts == [role]:
+            consts = ['stop', 'exit']
+        elif func.attr == 'call' and isinstance(func.value, ast.Subscript):
+            # self.clients['actor'].call(...), or self.clients[role].call(
+            # 'save', step) for each role.
+            key = func.value.slice
+            if isinstance(key, ast.Constant) and key.value != role:
+                continue
+        else:
+            continue
+        if consts:
+            stage = consts[1] if consts[0] == 'stop' else None
+            calls.add((consts[0], stage))
+    return calls
 
 
-def test_every_method_the_launcher_calls_on_the_agent_is_bound(control):
+@pytest.mark.parametrize('role, cls', [
+    ('actor', AgentControl), ('replay', ReplayRole), ('logger', LoggerRole)])
+def test_the_launcher_calls_only_declared_methods_and_stages(role, cls):
+    calls = launcher_calls(role)
+    assert {('status', None), ('save', None), ('stop', 'exit')} <= calls
+    methods = {method for method, _ in calls}
+    assert methods <= set(lifecycle.CONTROL) | {'abandon'}
+    assert methods <= set(cls.RPC)
+    stages = {stage for _, stage in calls if stage}
+    assert stages <= set(cls.STAGES), (stages, cls.STAGES)
+
+
+def test_the_agent_serves_act_and_the_control_protocol(control):
     calls = launcher_calls('actor')
-    assert {'pause', 'drained', 'stop_learner', 'shutdown'} <= calls
-    assert calls <= set(control.server.methods)
-    assert calls <= set(AgentControl.RPC)  # Each declared, as a control.
-    # The names the launcher has always called, on the one agent server.
-    assert set(control.server.methods) == {
-        'act', 'status', 'pause', 'resume', 'drained', 'save',
-        'stop_learner', 'stop_envs', 'shutdown'}
+    assert {('quiesce', None), ('resume', None), ('stop', 'learner'),
+            ('stop', 'envs')} <= calls
+    assert {stage for _, stage in calls if stage} == set(AgentControl.STAGES)
+    assert set(control.server.methods) == {'act', *lifecycle.CONTROL}
+    assert set(AgentControl.RPC) == set(lifecycle.CONTROL)
+
+
+def test_an_unknown_stop_stage_names_the_role_and_stage(control):
+    with pytest.raises(ValueError, match="agent has no stop stage 'logger'"):
+        control.stop('logger')
 
 
 def test_status_reads_learner_counters_while_new_keys_arrive(control):
@@ -123,19 +144,20 @@ def test_stop_learner_returns_once_the_learner_ended(control):
         link.learner_stop.wait()
         link.learner_done.set()
     threading.Thread(target=learner, daemon=True).start()
-    assert control.stop_learner() is True
+    assert control.stop('learner') is True
 
 
-def test_pause_drained_stop_envs_and_shutdown(control):
+def test_quiesce_resume_and_the_stop_stages_envs_and_exit(control):
     server = control.server
-    control.pause()
+    assert control.quiesce()  # Nothing sent, nothing running.
     assert server.methods['act'].paused
-    assert control.drained()  # Nothing sent, nothing running.
+    assert control.quiesce()  # The launcher polls it.
     control.resume()
     assert not server.methods['act'].paused
-    control.stop_envs()
+    control.stop('envs')
     assert server.methods['act'].fixed == {connections.STOP_KEY: True}
-    control.shutdown()
+    assert not control.link.shutdown.is_set()
+    control.stop('exit')
     assert control.link.shutdown.is_set()
 
 

@@ -305,7 +305,7 @@ def test_taken_auto_port_is_retried(monkeypatch, taken):
             return 'done'
 
     monkeypatch.setattr(launch.rpc.addresses, 'fill_auto', flaky)
-    monkeypatch.setattr(launch, '_Launch', FakeLaunch)
+    monkeypatch.setattr(launch.launcher, 'Launcher', FakeLaunch)
     import elements
     args = elements.Config(
         envs=2, actor_batch=-1, actor_addr='localhost:{auto}',

@@ -40,8 +40,20 @@ def test_bind_role_binds_each_declared_method_launcher_ones_as_control():
 def test_every_declared_method_exists_on_its_role():
     for _, _, cls in parallel.SERVERS:
         for method in cls.RPC:
-            # `shutdown` of the replay and logger ends their process loop.
-            assert hasattr(cls, method) or method == 'shutdown', (cls, method)
+            assert hasattr(cls, method), (cls, method)
+
+
+def test_every_role_serves_the_control_protocol_to_the_launcher():
+    from embodied.run.parallel import lifecycle
+    for _, role, cls in parallel.SERVERS:
+        if cls is parallel.ActorRole:
+            continue  # `act` only; the agent's control shares its server.
+        served = {m for m, caller in cls.RPC.items()
+                  if caller == connections.LAUNCHER}
+        assert set(lifecycle.CONTROL) <= served, role
+        assert served - set(lifecycle.CONTROL) <= {'abandon'}, role
+        assert cls.STAGES and all(
+            hasattr(cls, f'_stop_{stage}') for stage in cls.STAGES), role
 
 
 def test_docs_show_the_declared_table():

@@ -1,0 +1,507 @@
+"""The launcher's lifecycle: one state machine over the roles' control
+protocol (lifecycle.py). `launch.combined` builds a `Launcher` and runs it.
+
+    starting ─► running ─► (draining ─► saving ─► running)*
+                        ─► draining ─► saving ─► stopping ─► stopped
+    any state ─► failed
+
+starting: the workers start and the launcher connects to the agent (at
+run.actor_addr), the replay and the logger. running: it reads the logger's
+step, prints progress, and every run.save_every saves: draining (the agent
+holds `act` back, the replay takes what is on its way) then saving (every
+role under one tag), then running again; a save whose transitions did not
+arrive within run.drain_timeout is skipped. At run.steps, run.duration or
+a signal it stops in the order `_stop_steps` writes down. failed: a worker
+ended the run; the roles still alive save first (`_fail`), except after a
+write that found no room (`_end_unsaved`). Each role resumes from the
+newest tag that all three hold completely.
+
+Control calls: agent, replay and logger `status`, `quiesce`, `save`,
+`resume`, `stop(stage)`; logger `abandon`; the env group's `stop` here.
+"""
+
+import enum
+import time
+
+import embodied
+from embodied import rpc
+from embodied.core import diskfull
+from embodied.run import connections
+from embodied.run import progress
+from embodied.run import saving
+from embodied.run import stopping
+from embodied.run.parallel import env
+from embodied.run.parallel import lifecycle
+from embodied.run.parallel import remote_roles
+from embodied.run.parallel.agent_process import parallel_agent
+from embodied.run.parallel.logger_server import parallel_logger
+from embodied.run.parallel.replay_server import parallel_replay
+
+STOP_DRAIN = 3              # seconds a stop waits for transitions in flight
+
+
+class State(enum.Enum):
+    STARTING = 'starting'
+    RUNNING = 'running'
+    DRAINING = 'draining'
+    SAVING = 'saving'
+    STOPPING = 'stopping'
+    STOPPED = 'stopped'
+    FAILED = 'failed'
+
+
+# The states each state may go to; any state may go to FAILED.
+NEXT = {
+    # DRAINING: an env worker failed before the run ran; the stop saves.
+    State.STARTING: {State.RUNNING, State.DRAINING},
+    State.RUNNING: {State.DRAINING},
+    # RUNNING: a save skipped, its transitions did not arrive in time.
+    State.DRAINING: {State.SAVING, State.RUNNING},
+    # DRAINING: an env worker failed during a save; the stop saves again.
+    State.SAVING: {State.RUNNING, State.STOPPING, State.DRAINING},
+    State.STOPPING: {State.STOPPED},
+    State.STOPPED: set(),
+    State.FAILED: set(),
+}
+
+
+class Launcher:
+    """The workers of one `combined` launch and the decisions about them:
+    the agent, logger and replay in `group`, whose end ends the run; env
+    workers in `envs` (`env.pool`), under the protocol as `env_group`.
+    `state` is where the lifecycle is, `states` every state it entered."""
+
+    ROLE_OF = {'Agent': 'actor', 'Replay': 'replay', 'Logger': 'logger'}
+
+    def __init__(self, factories, args, handshake=None, secret_origin=None):
+        self.args = args
+        self.secret_origin = secret_origin  # See `remote_roles.secret_origin`.
+        self.handshake = handshake  # The control token's, with run.auth.
+        self.group = rpc.Supervisor()
+        f = factories
+        agent_cls = rpc.Process if args.agent_process else rpc.Thread
+        self.group.add(agent_cls(parallel_agent, f['agent'], args, name='Agent'))
+        self.group.add(rpc.Process(
+            parallel_logger, f['logger'], args, name='Logger'))
+        if not args.remote_replay:
+            self.group.add(rpc.Process(
+                parallel_replay, f['replay_train'], f['replay_eval'],
+                f['stream'], args, name='Replay'))
+        specs = []
+        if not args.remote_envs:
+            specs = env.specs(f['env_train'], f['env_eval'], args)
+        self.envs = env.pool(specs, args, on_crash=self._env_crashed)
+        self.env_group = lifecycle.EnvGroup(self.envs)
+        self.clients = {}  # By role; the agent's is 'actor', its address's.
+        self.may_exit = ()  # Workers that may end with 0 (while stopping).
+        self.progress = progress.Progress(args)
+        self.step = 0  # The logger's step when last asked.
+        self.saved = 0  # The newest save tag the learners asked for.
+        self.state = State.STARTING
+        self.states = [self.state]
+
+    def _enter(self, state):
+        if state == self.state:
+            return
+        if state != State.FAILED and state not in NEXT[self.state]:
+            raise RuntimeError(
+                f'The launcher cannot go from {self.state.value} to '
+                f'{state.value}.')
+        self.state = state
+        self.states.append(state)
+
+    # Starting and running.
+
+    def run(self):
+        args = self.args
+        start = time.monotonic()
+        print(f'Launching {len(self.group.workers) + len(self.envs.slots)} '
+              f'workers: actor at {args.actor_addr}, replay at '
+              f'{args.replay_addr}, logger at {args.logger_addr}.', flush=True)
+        try:
+            with stopping.StopSignal() as signal:
+                self.group.start()
+                self.envs.start()
+                self._print_workers()
+                try:
+                    self._connect()
+                    self._enter(State.RUNNING)
+                    reason = self._loop(start, signal)
+                except Exception as e:
+                    self._fail(e)
+                    raise
+                try:
+                    self._stop(reason)
+                except Exception as e:
+                    if diskfull.find(e) is not None:
+                        self._enter(State.FAILED)
+                        self._end_unsaved()
+                    raise
+        except BaseException:
+            self._enter(State.FAILED)
+            self.envs.kill()
+            self.group.kill()
+            self._shutdown_remote()
+            raise
+        finally:
+            for client in self.clients.values():
+                client.close(1)
+
+    def _print_workers(self):
+        parts = [f'{w.name} (pid {w.pid})' if getattr(w, 'pid', None) else
+                 f'{w.name} (thread)'
+                 for w in self.group.workers + self.envs.workers]
+        print(f'Workers: {", ".join(parts)}.', flush=True)
+
+    def _check(self):
+        """Raises `WorkerFailed` for a worker that ends the run; restarts
+        crashed env workers."""
+        self.group.check(self.may_exit)
+        self.envs.poll()
+
+    def _env_crashed(self, spec, exitcode, error):
+        client = self.clients.get('logger')
+        if client is not None:
+            self._try(lambda: client.call('abandon', list(spec.envids)).result(
+                timeout=10), f'Could not tell the logger to drop the episodes '
+                f'of {spec.name}')
+
+    def _shutdown_remote(self):
+        """Best effort: tells a separately launched replay to exit too."""
+        if self.args.remote_replay:
+            self._try_call('replay', 'stop', 'exit', timeout=2)
+
+    def _connect(self, limit=None):
+        """Connects to every role. A remote role not up within
+        run.connect_timeout ends the run naming its address; a role this
+        launch started has no limit (`_check` ends the run if it dies), so
+        a busy machine or a long compile is no error. With `limit` (after
+        a failure, to save): the roles not yet connected, each within
+        `limit` seconds, without `_check`."""
+        for role in ('logger', 'replay', 'actor'):
+            if role in self.clients:
+                continue
+            timeout = limit or connections.connect_timeout(self.args, role)
+            addr = self.args[f'{role}_addr']
+            report = None
+            if role == 'actor' and not limit and timeout is None:
+                report = self._actor_wait_line(addr)
+            try:
+                self.clients[role] = rpc.connect(
+                    addr, f'Launcher{role.title()}', timeout,
+                    connections.ipv6(self.args), self.args.wait_report,
+                    check=None if limit else self._check,
+                    handshake=self.handshake, report=report)
+            except rpc.Refused:
+                hint = remote_roles.secret_hint(self.args, self.secret_origin)
+                raise rpc.Refused(
+                    f'The {role} at {addr} kept refusing this command\'s run '
+                    f'secret for {timeout} s (run.connect_timeout); start it '
+                    f'with this run\'s secret: {hint}.') from None
+            except rpc.Unreachable:
+                raise rpc.Unreachable(
+                    f'The {role} at {addr} did not come up within {timeout} '
+                    f's (run.connect_timeout).') from None
+
+    def _actor_wait_line(self, addr):
+        """The launcher's one line while the actor of this launch is not up:
+        the agent is being built (it prints what it compiles), and the env
+        workers of this launch wait for it without lines of their own."""
+        start = time.monotonic()
+
+        def line():
+            workers = len(self.envs.slots)
+            waiting = (f'{workers} env worker{"s" if workers != 1 else ""} '
+                       f'wait for it; ' if workers else '')
+            return (
+                f'Launcher: the agent is being built, its actor at {addr} '
+                f'serves once the policy is compiled; {waiting}waited '
+                f'{time.monotonic() - start:.0f} s so far.')
+        return line
+
+    def _call(self, role, method, *args, timeout=None):
+        future = self.clients[role].call(method, *args)
+        while not future.wait(0.1):
+            self._check()
+            if timeout is not None:
+                timeout -= 0.1
+                if timeout <= 0:
+                    raise TimeoutError(f'{role}.{method} did not answer.')
+        return future.result()
+
+    def _loop(self, start, signal):
+        args = self.args
+        # With several replicas the learners decide saves and stops alike
+        # on every replica (`_replica_events`); the launcher follows.
+        replicated = args.replicas > 1
+        should_save = embodied.LocalClock(args.save_every)
+        should_log = embodied.LocalClock(args.log_every)
+        should_save()
+        should_log()
+        if saving.resume_tag(
+                args.logdir, report=False, replica=saving.replica_of(args),
+                agree=False) is None:
+            # A first consistent save, as load_or_save would (tag 0 on
+            # every replica).
+            self._save(tag=0 if replicated else None)
+        while True:
+            self._check()
+            status = self._call('logger', 'status')
+            self.step = int(status['step'])
+            # The run's step: with several replicas, over all of them.
+            step = int(status['run_step'])
+            self.progress.observe(step)
+            if args.remote_envs and not status['env_steps'] and (
+                    time.monotonic() - start > args.connect_timeout):
+                raise rpc.Unreachable(remote_roles.no_envs_message(
+                    args, self._call('actor', 'status'), self.secret_origin))
+            reason = stopping.stop_reason(args, step, start, signal)
+            if reason:
+                return reason
+            if replicated:
+                reason = self._replica_events()
+                if reason:
+                    return reason
+            elif should_save():
+                self._save()
+            if should_log():
+                self._print_progress(step)
+            signal.event.wait(0.2)
+
+    def _print_progress(self, step):
+        actor = self._call('actor', 'status')
+        replay = self._call('replay', 'status')
+        line = self.progress.line(time.monotonic(), step, actor, replay)
+        print(f'[Progress] {line}', flush=True)
+
+    def _replica_events(self):
+        """With several replicas: saves under the tag the learners agreed
+        on, and the reason to stop when another replica stopped the run."""
+        status = self._call('actor', 'status')
+        if status.get('learner_replica_stop'):
+            return 'Another replica stopped the run'
+        request = int(status.get('learner_save_request', 0))
+        if request > self.saved:
+            self.saved = request
+            self._save(tag=request)
+        return None
+
+    # Draining and saving.
+
+    def _save(self, tag=None):
+        """Saves agent, replay and logger under the current step (or
+        `tag`), then runs on; skips the save when the transitions in flight
+        did not arrive within run.drain_timeout."""
+        self._enter(State.DRAINING)
+        if not self._quiesce(self.args.drain_timeout):
+            print('Skipping this save: transitions did not arrive within '
+                  f'{self.args.drain_timeout} s.', flush=True)
+            self._resume()
+            return None
+        self._enter(State.SAVING)
+        step = self._write_save(tag)
+        self._resume()
+        return step
+
+    def _quiesce(self, timeout):
+        """Holds the actor's `act` back; True once everything it sent has
+        arrived. The replay takes it without waiting for the learner."""
+        self._call('actor', 'quiesce')
+        self._call('replay', 'quiesce')
+        deadline = time.monotonic() + timeout
+        while not self._call('actor', 'quiesce'):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def _write_save(self, tag=None):
+        """Has replay, logger and agent save under `tag` (default
+        `_tag()`); returns the tag."""
+        step = self._tag() if tag is None else int(tag)
+        futures = [self.clients[role].call('save', step)
+                   for role in ('replay', 'logger', 'actor')]
+        for future in futures:
+            while not future.wait(0.1):
+                self._check()
+            future.result()
+        print(f'Saved checkpoints at step {step}.', flush=True)
+        return step
+
+    def _tag(self):
+        """The tag of a save now: the logger's step, or with several
+        replicas the run's update count the learners share."""
+        if self.args.replicas > 1:
+            status = self._call('actor', 'status')
+            return int(status.get('learner_run_tag', 0))
+        return int(self._call('logger', 'status')['step'])
+
+    def _resume(self):
+        self._call('replay', 'resume')
+        self._call('actor', 'resume')
+        self._enter(State.RUNNING)
+
+    # Stopping.
+
+    def _stop(self, reason, failed=False):
+        """Drains, saves and ends every worker in the order of
+        `_stop_steps`. With `failed`, an env worker already failed: the run
+        still saves, and then fails."""
+        # A crash from here on needs no restart.
+        self.env_group.stop('restarts')
+        step = int(self._call('logger', 'status')['run_step'])
+        print(f'{reason} at step {step}: saving and stopping.', flush=True)
+        for state, _, action in self._stop_steps(step, failed):
+            self._enter(state)
+            action()
+
+    def _stop_steps(self, step, failed):
+        """The stop, in order: (state, what, action)."""
+        drain, save, stop = State.DRAINING, State.SAVING, State.STOPPING
+        return (
+            # Drain while the learner still samples, so limiter waits end.
+            (drain, 'drain', lambda: self._quiesce(STOP_DRAIN)),
+            (drain, 'stop the learner',
+             lambda: self._call('actor', 'stop', 'learner')),
+            # Inserts left skip the limiter.
+            (drain, 'release the replay',
+             lambda: self._call('replay', 'stop', 'release')),
+            (drain, 'drain again', self._final_drain),
+            (save, 'final save', self._write_save),
+            (stop, 'summary', lambda: self._summary(step)),
+            (stop, 'stop the envs', self._stop_envs),
+            (stop, 'wait for the env workers',
+             lambda: self.env_group.stop('exit')),
+            (stop, 'stop the agent', lambda: self._stop_role('actor')),
+            (stop, 'wait for the agent', self._wait_agent),
+            (stop, 'stop the replay', lambda: self._stop_role('replay')),
+            (stop, 'stop the logger', lambda: self._stop_role('logger')),
+            (stop, 'wait for the workers', lambda: lifecycle.wait_or_kill(
+                self.group, 15, 'workers')),
+            (stop, 'check exit codes', lambda: self._check_exits(failed)),
+            (State.STOPPED, 'done',
+             lambda: print('All workers exited.', flush=True)),
+        )
+
+    def _final_drain(self):
+        if not self._quiesce(STOP_DRAIN):
+            print('Saving with transitions still in flight.', flush=True)
+
+    def _summary(self, step):
+        self._print_progress(step)
+        summary = self.progress.summary(
+            self._call('actor', 'status'), self.envs.restarts,
+            score=self._call('logger', 'status')['score'])
+        print(f'[Summary] {summary}', flush=True)
+
+    def _stop_envs(self):
+        """The agent answers every `act` with the stop reply; from now on
+        the agent, replay and logger may exit with 0."""
+        self.may_exit = [w.name for w in self.group.workers]
+        self._call('actor', 'stop', 'envs')
+
+    def _wait_agent(self, timeout=10):
+        agent = self.group.workers[0]
+        deadline = time.monotonic() + timeout
+        while agent.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _check_exits(self, failed):
+        self.group.check(expected=[w.name for w in self.group.workers])
+        if not failed:
+            for name, code in self.envs.failed():
+                print(f'Env worker {name} ended with exit code {code} while '
+                      f'stopping.', flush=True)
+
+    def _stop_role(self, role, timeout=10):
+        """Asks a role to exit. Its reply can be lost when the role closes
+        its server right away, so a missing reply is no error: the workers'
+        exit codes decide."""
+        try:
+            self._call(role, 'stop', 'exit', timeout=timeout)
+        except TimeoutError:
+            pass
+
+    # Failing.
+
+    def _fail(self, error):
+        """Ends the run for `error`, saving first what can be saved; after
+        a write that found no room, stops every role without a save."""
+        if diskfull.find(error) is not None:
+            self._enter(State.FAILED)
+            self._end_unsaved()
+            return
+        if not isinstance(error, rpc.WorkerFailed):
+            return
+        print(f'Ending the run: {error}', flush=True)
+        if error.name in self.envs.names:
+            # An env worker can fail before this launch reached every role
+            # (the envs talk to the actor directly): reach them to save.
+            if len(self.clients) < 3:
+                self._try(lambda: self._connect(limit=60),
+                          'Could not reach every role to save')
+            if len(self.clients) == 3:
+                # Agent, replay and logger are fine: stop as usual, then
+                # fail.
+                self.env_group.stop('restarts')
+                self._try(lambda: self._stop(
+                    f'Env worker {error.name} failed', failed=True),
+                    'Could not save and stop in order')
+                return
+        self._enter(State.FAILED)
+        self._salvage(error)
+
+    def _salvage(self, error, timeout=60):
+        """After a role died: the roles still alive save under the last step,
+        as far as they can without it. A resume picks the newest save that
+        all three roles hold, so a partial save never mixes into one."""
+        dead = self.ROLE_OF.get(error.name)
+        alive = [role for role in ('replay', 'logger', 'actor')
+                 if role != dead and role in self.clients and
+                 self.clients[role].connected]
+        if not alive or dead is None:
+            return
+        step = self.step
+        if 'logger' in alive:
+            step = self._try(lambda: int(self.clients['logger'].call(
+                'status').result(timeout=5)['step'])) or step
+        print(f'Saving what is left at step {step}: {", ".join(alive)}.',
+              flush=True)
+        if 'actor' in alive:
+            self._try_call('actor', 'quiesce')
+        futures = {role: self.clients[role].call('save', step)
+                   for role in alive}
+        deadline = time.monotonic() + timeout
+        for role, future in futures.items():
+            self._try(lambda: future.result(
+                timeout=max(0.1, deadline - time.monotonic())),
+                f'The {role} could not save')
+        if 'actor' in alive:
+            # An agent thread ends only when asked; its process is ours.
+            self._try_call('actor', 'stop', 'exit')
+
+    def _end_unsaved(self):
+        """Ends every role in order without saving: after a write found no
+        room a save would not fit either, and the saves on disk stay as
+        they are. Roles already gone are skipped."""
+        self.env_group.stop('restarts')
+        self.may_exit = [w.name for w in self.group.workers]
+        self._try_call('actor', 'stop', 'learner')
+        self._try_call('actor', 'stop', 'envs')
+        self.env_group.stop('exit')
+        for role in ('actor', 'replay', 'logger'):
+            self._try_call(role, 'stop', 'exit')
+        lifecycle.wait_or_kill(self.group, 15, 'workers')
+
+    def _try_call(self, role, method, *args, timeout=5):
+        client = self.clients.get(role)
+        if client is not None and client.connected:
+            self._try(lambda: client.call(method, *args).result(
+                timeout=timeout))
+
+    def _try(self, fn, what=None):
+        try:
+            return fn()
+        except Exception as e:
+            if what:
+                print(f'{what}: {type(e).__name__}: {e}', flush=True)
