@@ -433,8 +433,10 @@ def wrap_env(env, config):
 
 
 def make_stream(config, replay, mode):
-    fn = bind(replay.sample, config.batch_size, mode)
-    stream = embodied.streams.Stateless(fn)
+    # The original binds `replay.sample`; the sampler also fills a
+    # shared-memory slot in place (`streams.Stateless`).
+    stream = embodied.streams.Stateless(
+        replay.sampler(config.batch_size, mode))
     stream = embodied.streams.Consec(
         stream,
         length=config.batch_length if mode == 'train' else config.report_length,

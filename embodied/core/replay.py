@@ -327,6 +327,13 @@ class Replay:
             data = _assemble(draws, spec, self.length, out)
         return _mark_boundaries(data)
 
+    def sampler(self, batch, mode='train'):
+        """`sample(batch, mode)` as a callable of no arguments that can also
+        fill given arrays (`Sampler`): what a stream of this replay's batches
+        wraps (`streams.Stateless(replay.sampler(16, 'train'))`) to make each
+        batch straight in a shared-memory slot."""
+        return Sampler(self, batch, mode)
+
     def layout(self, batch):
         """`(key, dtype.str, shape)` of each array of `sample(batch)`, in
         its order, for the keys stored so far (the tuple is the same object
@@ -827,3 +834,24 @@ def _is_int(value):
     if isinstance(value, (int, np.integer)):
         return True
     return isinstance(value, float) and value.is_integer()
+
+
+class Sampler:
+    """`replay.sample(batch, mode)`, bound: calling it samples a batch,
+    `sample_into(views)` samples one into given arrays (views of a
+    shared-memory slot, say) and `layout()` tells their keys, dtypes and
+    shapes (`Replay.layout`)."""
+
+    def __init__(self, replay, batch, mode='train'):
+        self.replay, self.batch, self.mode = replay, batch, mode
+
+    def __call__(self):
+        return self.replay.sample(self.batch, self.mode)
+
+    def sample_into(self, views):
+        """The next batch in `views` (returned), or in new arrays when
+        `views` does not match `layout()`."""
+        return self.replay.sample(self.batch, self.mode, out=views)
+
+    def layout(self):
+        return self.replay.layout(self.batch)

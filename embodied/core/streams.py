@@ -4,18 +4,20 @@ A batch is a dict of arrays shaped `[batch, time, ...]`. Every stream has
 `save() -> data` and `load(data)`; loading what `save()` returned makes the
 stream continue from the same position.
 
-    stream = Stateless(replay.sample, batch_size, 'train')
+    stream = Stateless(replay.sampler(batch_size, 'train'))
     stream = Consec(stream, length=64, consec=1, prefix=0)
     stream = Prefetch(stream, transform=agent_specific_fn, amount=2)
     batch = next(stream)
 
 `stream.next_into(out)` writes the next batch into given arrays (views of a
 shared-memory slot, say) and returns `out`. `Stateless` over a replay's
-`sample` and `Consec` over that, as `embodied.main.make_stream` builds them,
-make the batch there with one copy from the replay's chunks, and say so
-with `stream.layout()`; every other stream (`layout()` None) makes the batch
-and then copies it, and a stream of the caller's own without these methods
-goes through `next_into(stream, out)` and `layout(stream)` below.
+sampler (`replay.sampler(batch, mode)`, which has `sample_into(views)`) and
+`Consec` over that, as `embodied.main.make_stream` builds them, make the
+batch there with one copy from the replay's chunks, and say so with
+`stream.layout()`; every other stream (`layout()` None; the original's
+`Stateless(bind(replay.sample, ...))` among them) makes the batch and then
+copies it, and a stream of the caller's own without these methods goes
+through `next_into(stream, out)` and `layout(stream)` below.
 """
 
 import functools
@@ -66,26 +68,22 @@ class Stateless(base.Stream):
                 f'Stateless needs a callable or an iterator, got '
                 f'{type(nextfn).__name__}.')
         self.nextfn = functools.partial(nextfn, *args, **kwargs)
-        # A replay's `sample(batch, ...)` fills given arrays (`out`) and
-        # tells their layout (`layout(batch)`).
-        fn = self.nextfn
-        owner = getattr(fn.func, '__self__', None)
-        self._fills = owner if (
-            fn.args and not fn.keywords and hasattr(owner, 'layout') and
-            getattr(owner, 'sample', None) == fn.func) else None
+        # A replay's sampler (`Replay.sampler`) fills given arrays and tells
+        # their layout.
+        fills = not args and not kwargs and all(
+            hasattr(nextfn, name) for name in ('sample_into', 'layout'))
+        self._fills = nextfn if fills else None
 
     def __next__(self):
         return self.nextfn()
 
     def layout(self):
-        if self._fills is None:
-            return None
-        return self._fills.layout(self.nextfn.args[0])
+        return None if self._fills is None else self._fills.layout()
 
     def next_into(self, out):
         if self._fills is None:
             return super().next_into(out)
-        return self.nextfn(out=out)
+        return self._fills.sample_into(out)
 
     def save(self):
         return None

@@ -1,3 +1,4 @@
+import functools
 import threading
 import time
 import traceback
@@ -308,10 +309,10 @@ def views_of(layout):
     return {key: np.zeros(shape, dtype) for key, dtype, shape in layout}
 
 
-def test_consec_over_replay_sample_makes_batches_in_given_arrays(monkeypatch):
+def test_consec_over_replay_sampler_makes_batches_in_given_arrays(monkeypatch):
     replay = filled_replay()
     stream = streams.Consec(
-        streams.Stateless(replay.sample, 3, 'train'), length=4, consec=1,
+        streams.Stateless(replay.sampler(3, 'train')), length=4, consec=1,
         prefix=1, contiguous=True)
     layout = stream.layout()
     assert layout[-1] == ('consec', '<i4', (3, 5))
@@ -330,14 +331,17 @@ def test_consec_over_replay_sample_makes_batches_in_given_arrays(monkeypatch):
 def test_streams_that_cannot_fill_in_place_make_then_copy():
     replay = filled_replay()
     cut = streams.Consec(  # Two chunks per source batch.
-        streams.Stateless(replay.sample, 2, 'train'), length=2, consec=2,
+        streams.Stateless(replay.sampler(2, 'train')), length=2, consec=2,
         prefix=1)
     assert cut.layout() is None
     own = streams.Stateless(lambda: replay.sample(2, 'train'))
     assert own.layout() is None
+    # The original's make_stream binds `replay.sample`: a plain callable.
+    bound = streams.Stateless(functools.partial(replay.sample, 2, 'train'))
+    assert bound.layout() is None
     generator = (replay.sample(2, 'train') for _ in iter(int, 1))
     assert streams.layout(generator) is None
-    for stream in (own, generator):
+    for stream in (own, bound, generator):
         first = next(stream)
         out = {k: np.zeros_like(v) for k, v in first.items()}
         assert streams.next_into(stream, out) is out
@@ -349,7 +353,7 @@ def test_streams_that_cannot_fill_in_place_make_then_copy():
 def test_consec_with_a_cut_in_progress_or_grown_keys_falls_back():
     replay = filled_replay()
     stream = streams.Consec(
-        streams.Stateless(replay.sample, 2, 'train'), length=5, consec=1)
+        streams.Stateless(replay.sampler(2, 'train')), length=5, consec=1)
     out = views_of(stream.layout())
     replay.update({'stepid': next(stream)['stepid'],
                    'extra': np.ones((2, 5), np.float32)})

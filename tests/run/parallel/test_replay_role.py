@@ -31,7 +31,7 @@ def make_role(train_ratio=8, stream=None, **kwargs):
         logdir='/tmp/unused', batch_size=BATCH, batch_length=LENGTH,
         train_ratio=train_ratio, wait_report=60, **kwargs))
     stream = stream or (lambda replay, mode: embodied.streams.Stateless(
-        replay.sample, BATCH, mode))
+        replay.sampler(BATCH, mode)))
     return ReplayRole(embodied.replay.Replay(LENGTH, 10_000),
                       embodied.replay.Replay(LENGTH, 10_000), stream, args)
 
