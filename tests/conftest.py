@@ -52,7 +52,8 @@ _RUN_CACHE = 'EMBODIED_TEST_RUN_JAX_CACHE'  # set by the controller for workers
 
 def pytest_configure(config):
     """Points $EMBODIED_JAX_CACHE at the run's folder. The controller (or a
-    run without xdist) makes it before the workers start; they inherit it."""
+    run without xdist) makes it before the workers start; they inherit it.
+    xdist hands tests out two at a time (`_schedule_in_small_chunks`)."""
     config.addinivalue_line(
         'markers', 'slow: launches DreamerV3 or a whole run for longer than '
         'the quick tier allows (`-m "not slow"` leaves these out)')
@@ -64,6 +65,37 @@ def pytest_configure(config):
         config._embodied_made_cache = (
             folder if 'EMBODIED_TEST_JAX_CACHE' not in os.environ else None)
     os.environ['EMBODIED_JAX_CACHE'] = folder
+    _schedule_in_small_chunks(config)
+
+
+# The suite's longest files (minutes each on two cores), started first.
+LONGEST_FIRST = (
+    'tests/run/test_replica_stop.py', 'tests/perf/test_perf_gpu_check.py',
+    'tests/jax/test_mesh.py', 'tests/perf/test_perf_soak.py',
+    'tests/test_slurm.py', 'tests/run/test_replicas.py',
+    'tests/run/test_replicas_hosts.py')
+
+
+def pytest_collection_modifyitems(config, items):
+    """Runs the `slow` tests first, the longest files among them first, and
+    the short tests last: with xdist's workers handed two tests at a time
+    (`_schedule_in_small_chunks`), the short ones fill in while the long
+    ones run, and no worker waits at the end for the other's long test."""
+    def rank(item):
+        path = item.nodeid.split('::')[0]
+        if path in LONGEST_FIRST:
+            return LONGEST_FIRST.index(path)
+        return len(LONGEST_FIRST) + (0 if item.get_closest_marker('slow') else 1)
+    items[:] = sorted(items, key=rank)  # Stable: a file keeps its order.
+
+
+def _schedule_in_small_chunks(config):
+    # xdist's `load` scheduler first hands each worker a quarter of its
+    # share in one consecutive chunk, which with the slow tests first would
+    # give one worker all of them; `--maxschedchunk` caps every hand-out.
+    option = config.option
+    if getattr(option, 'maxschedchunk', 0) is None:
+        option.maxschedchunk = 2
 
 
 def pytest_unconfigure(config):
