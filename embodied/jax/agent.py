@@ -801,14 +801,18 @@ class Agent(embodied.Agent):
         def train(state, carry, data, seed):
             state, (carry, outs, metrics) = pure['train'](
                 state, carry, data, seed=seed)
-            # The updated state keeps the layout of the parameters.
+            # The updated state keeps the layout of the parameters, and the
+            # carry that of the batch: otherwise a mesh with t > 1 splits
+            # the carry's features over t, and the next call, given that
+            # carry, compiles train a second time.
             state = shardinglib.constrain(
                 state, {k: self._state_shardings[k] for k in state})
+            carry = shardinglib.constrain(carry, self._train_batch)
             return state, carry, outs, metrics
 
         def report(state, carry, data, seed):
             _, (carry, metrics) = pure['report'](state, carry, data, seed=seed)
-            return carry, metrics
+            return shardinglib.constrain(carry, self._train_batch), metrics
 
         static = dict(static_argnums=2)
         self._jit_init_policy = self._jit(

@@ -2,8 +2,8 @@
 faults a night brings.
 
     python -m embodied.perf.soak --hours 2              # the night
-    python -m embodied.perf.soak --minutes 2 --agent testing --save_every 10 \\
-        --kill_every 25 --term_every 50 --tree_kill_at 80 --window 30
+    python -m embodied.perf.soak --minutes 1 --agent testing --save_every 5 \\
+        --kill_every 12 --term_every 25 --tree_kill_at 40 --window 15
 
 Runs `--script parallel` (DreamerV3 `debug` by default on the default
 task, `cartpole_balance`; every server on loopback with `{auto}` ports, the
@@ -19,6 +19,9 @@ seconds. Meanwhile:
 * every `--sample_every` seconds: per process of the run its resident
   memory (RSS), open file descriptors and threads, the logdir's size and
   the env steps printed so far (`[Progress]`).
+
+No SIGTERM, relaunch or env kill comes in the last sixth of the soak (at
+most its last 2 minutes): the run could not answer it before its end.
 
 Each launch runs until the soak's end (`run.duration`, a final save, exit
 0) unless a fault ends it first. Prints, per `--window` seconds, the RSS per
@@ -153,8 +156,9 @@ class Soak:
         next_kill = args.kill_every or None
         next_term = args.term_every or None
         tree_kill = self.tree_kill_at or None
-        # No relaunch, and no SIGTERM, this close to the end: the launch
-        # would end before it is up.
+        # No relaunch, no SIGTERM and no env kill this close to the end:
+        # the launch would end before it is up, or before it restarts the
+        # killed worker.
         margin = min(120, self.duration / 6)
         while time.monotonic() < end - margin:
             t0 = time.monotonic() - self.start
@@ -203,7 +207,8 @@ class Soak:
                           'the run', flush=True)
                     self.kill_tree(run)
                     break
-                if next_kill and t >= next_kill:
+                if next_kill and t >= next_kill and (
+                        t < self.duration - margin):
                     # A kill due while no worker is up (a launch starting)
                     # comes once one is, not never.
                     if self.kill_env(run, t):
