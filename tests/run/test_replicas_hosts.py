@@ -109,15 +109,15 @@ def finish(procs, timeout=900):
 
 
 # Compiled ahead (by default), so both replicas reach their first
-# collectives together: gloo gives a peer 30 s to join one.
-@pytest.mark.parametrize('script, extra', [
-    ('train', ()),
-    ('parallel', ('--run.agent_process', True)),
-])
-def test_two_hosts_train_one_agent(hosts, tmp_path, script, extra):
+# collectives together: gloo gives a peer 30 s to join one. One run per
+# scenario: `--script train` on two hosts runs in the kill test below.
+def test_two_hosts_train_one_agent(hosts, tmp_path):
+    """`--script parallel` (the agent in a process of its own) on two hosts:
+    both reach the steps and exit 0 with bit-identical parameters, each
+    replica's gloo advertising its own host's address."""
     logdir = tmp_path / 'run'
-    procs = start(hosts, tmp_path, logdir, '--script', script,
-                  '--run.steps', 200, *extra)
+    procs = start(hosts, tmp_path, logdir, '--script', 'parallel',
+                  '--run.steps', 200, '--run.agent_process', True)
     codes = finish(procs)
     outputs = [proc.output() for proc in procs]
     assert codes == [0, 0], '\n\n'.join(o[-3000:] for o in outputs)
@@ -126,14 +126,18 @@ def test_two_hosts_train_one_agent(hosts, tmp_path, script, extra):
     assert digest(outputs[0]) == digest(outputs[1])
 
 
-def test_two_hosts_a_killed_replica_is_named(hosts, tmp_path):
+def test_two_hosts_train_and_a_killed_replica_is_named(hosts, tmp_path):
+    """`--script train` on two hosts: both train, each replica's gloo at
+    its own host's address; a SIGKILL of replica 1 then ends replica 0
+    within 60 s, naming replica 1."""
     logdir = tmp_path / 'run'
     procs = start(hosts, tmp_path, logdir, '--script', 'train',
                   '--run.steps', 1e6, name='kill')
     try:
-        procs[1].wait_for(
-            lambda: re.search(r'\[Progress\]', procs[1].output()),
-            timeout=900, what='training on both hosts')
+        for proc in procs:
+            proc.wait_for(
+                lambda: re.search(r'\[Progress\]', proc.output()),
+                timeout=900, what='training on both hosts')
         procs[1].terminate(signal.SIGKILL)
         begin = time.monotonic()
         code = procs[0].wait(timeout=120)
@@ -141,7 +145,10 @@ def test_two_hosts_a_killed_replica_is_named(hosts, tmp_path):
     finally:
         for proc in procs:
             proc.kill()
-    output = procs[0].output()
+    outputs = [proc.output() for proc in procs]
+    for index, output in enumerate(outputs):
+        assert f'gloo at {hosts.addrs[index]}.' in output, output[-3000:]
+    output = outputs[0]
     assert code == 1, output[-3000:]
     assert seconds < 60, seconds
     # Named by the watchdog, or by the collective the kill broke first.
