@@ -121,11 +121,13 @@ def main(argv=None):
             sys.exit(f'--cache {cache}: the folder is not empty; the cold '
                      f'launch needs an empty cache.')
         logdir = tmp / 'run'
-        # --quick: 400 steps leave room for the first update; the relaunch
-        # resumes near there and needs only its first steps.
-        run = run_parallel(args, platform, logdir, cache, args.seconds, 400)
+        # --quick: 250 steps leave room for the first updates (at debug the
+        # replay's limiter holds the envs back after about 130 steps until
+        # the learner trains); the relaunch resumes near there and needs
+        # only its first steps.
+        run = run_parallel(args, platform, logdir, cache, args.seconds, 250)
         again = run_parallel(
-            args, platform, logdir, cache, args.relaunch_seconds, 460)
+            args, platform, logdir, cache, args.relaunch_seconds, 310)
         speed = agent_speeds(args, platform, tmp, cache)
         standalone = speed.get('ours', {}).get('train_rate')
         rows.append((f'parallel, {args.envs} envs, {args.seconds:g} s, '

@@ -4,6 +4,7 @@ CPU devices computing what one device computes, with real FSDP shards and
 checkpoints that load across layouts (`mesh_layouts.py` runs them in a
 subprocess, as mock devices need a fresh process)."""
 
+import fcntl
 import os
 import pathlib
 import subprocess
@@ -94,7 +95,24 @@ def test_unmatched_parameter_is_an_error():
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
-    path = tmp_path_factory.mktemp('layouts') / 'runs.npz'
+    """The layouts' runs, made once per test session: xdist may hand this
+    module's tests to several workers, and the first to get here makes
+    them while the others wait for its file (the folder above a worker's
+    base temp is the session's)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        root = root.parent
+    path = root / 'mesh_layouts' / 'runs.npz'
+    with open(root / 'mesh_layouts.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            make_runs(path)
+    with np.load(path) as data:
+        yield dict(data)
+
+
+def make_runs(path):
+    path.parent.mkdir(exist_ok=True)
     env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
     env['PYTHONPATH'] = os.pathsep.join(
         [str(ROOT), *filter(None, [env.get('PYTHONPATH')])])
@@ -104,8 +122,6 @@ def runs(tmp_path_factory):
         cwd=ROOT)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert 'Agent: tracing' in result.stdout  # precompile off: lazy traces
-    with np.load(path) as data:
-        yield dict(data)
 
 
 def entries(runs, prefix):
