@@ -77,7 +77,10 @@ def test_sigkilled_env_is_restarted_and_run_reaches_steps(tmp_path):
     logdir = tmp_path / 'run'
 
     def kill_env(run, tree):
-        wait_first_step(run, tree)
+        # Once the logger counted 100 steps it holds the killed env's open
+        # episode (right after the first env step it may not have seen one
+        # of that env yet, and has none to abandon).
+        wait_step(run, tree, 100)
         os.kill(worker_pid(run.output(), 'Env00001'), signal.SIGKILL)
 
     # Episodes longer than the run: the killed env's episode is unfinished.
