@@ -365,8 +365,12 @@ class Agent(embodied.Agent):
                 values[key] = value.astype(current[key].dtype)
             self._set_rng_state({
                 k: data[k] for k in wanted if k.startswith('rng/')})
+            # Placed as the current parameters are, in the compiler's
+            # spelling of their layout (it leaves out mesh axes of size
+            # 1): the same layout spelled otherwise is another program to
+            # XLA, and a resumed run would compile train and report anew.
             state = {**self._state, **jax.device_put(
-                values, {k: self._state_shardings[k] for k in values})}
+                values, {k: self._state[k].sharding for k in values})}
             self._state = state
             self._publish_policy_params(replace=True)
 

@@ -20,7 +20,8 @@ Steps, each in fresh processes:
    polled; '–' without it).
 2. The same command again on the same logdir (a resume) for
    `--relaunch_seconds`, on the now warm cache: the agent's compile
-   seconds and the first env step.
+   seconds, how many programs it compiled anew (0: the cache served all)
+   and the first env step.
 3. `agent_speed` of our DreamerV3 at `--configs` on the warm cache: train
    steps/s alone, policy p50 at batch 16; with $EMBODIED_ORIGINAL_DREAMERV3
    set, the same for the original's agent code on our base.
@@ -133,8 +134,10 @@ def main(argv=None):
         rows.append((f'parallel, {args.envs} envs, {args.seconds:g} s, '
                      f'cold cache', format_run(run, standalone)))
         rows.append(('relaunch (resume, warm cache)',
-                     f"compile {again['compile_s']:.1f} s, first env step "
-                     f"{again['first_step_s']:.1f} s after launch"))
+                     f"compile {again['compile_s']:.1f} s, "
+                     f"{again['new_programs']} programs compiled anew, "
+                     f"first env step {again['first_step_s']:.1f} s after "
+                     f"launch"))
         rows += [(f'agent_speed: {name} (warm cache)', format_speed(result))
                  for name, result in speed.items()]
         default = run_default(args, platform, tmp)
@@ -195,6 +198,7 @@ def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
            'JAX_PLATFORMS': 'cpu' if platform == 'cpu' else None}
     print(f'parallel: {seconds:g} s at {" ".join(args.configs)}, '
           f'{args.envs} envs ...', flush=True)
+    programs = cached_programs(cache)
     with GpuUtilization() as gpu:
         # --quick stops at a step count; `seconds` bounds the wait then.
         output, _, _, lines, _ = throughput.launch(
@@ -217,9 +221,15 @@ def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
         first_train_s=(
             float(first_train[-1]) if first_train else float('nan')),
         gpu_busy=gpu.mean(*(w[0] for w in window)) if window else None)
+    values['new_programs'] = cached_programs(cache) - programs
     values['first_lines'] = first_lines(output)
     print(f'parallel: {summary[-1]}', flush=True)
     return values
+
+
+def cached_programs(cache):
+    """How many compiled programs the compilation cache folder holds."""
+    return sum(1 for x in pathlib.Path(cache).glob('*-cache'))
 
 
 FIRST_LINES = ('Launching ', 'Agent:', 'Launcher:', 'Compiled the agent',

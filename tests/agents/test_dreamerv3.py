@@ -246,9 +246,15 @@ def test_save_load_reproduces_actions(agent, config, tmp_path):
 
     mine = actions(agent)
     assert not np.array_equal(actions(other), mine)
+    layouts = {k: v.sharding.spec for k, v in other._state.items()}
     other.load(data)
     agent.load(data)  # rewinds the random streams to the saved point
     np.testing.assert_array_equal(actions(other), actions(agent))
+    # A resumed run compiles nothing anew: the loaded parameters keep the
+    # layout train and report were compiled for, spelled as the compiler
+    # spells it (without mesh axes of size 1); the same layout spelled
+    # otherwise is another program to XLA's compilation cache.
+    assert {k: v.sharding.spec for k, v in other._state.items()} == layouts
 
 
 def test_load_with_regex_restores_only_matching(agent, config, tmp_path):

@@ -13,8 +13,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_quick_check_gives_every_row(tmp_path):
-    """Each step of the check runs: the cold parallel launch, the relaunch,
-    agent_speed, the default-size cold launch and the policy probe."""
+    """Each step of the check runs: the cold parallel launch, the relaunch
+    (a resume that compiles nothing anew), agent_speed, the default-size
+    cold launch and the policy probe."""
     table = tmp_path / 'table.md'
     result = subprocess.run(
         [sys.executable, '-m', 'embodied.perf.gpu_check', '--quick',
@@ -32,9 +33,11 @@ def test_quick_check_gives_every_row(tmp_path):
     ).groups())
     assert 0 < first_env and 0 < first_train
     relaunch = rows['relaunch (resume, warm cache)']
-    compile_s, first = re.search(
-        r'compile ([\d.]+) s, first env step ([\d.]+) s', relaunch).groups()
+    compile_s, anew, first = re.search(
+        r'compile ([\d.]+) s, (\d+) programs compiled anew, first env step '
+        r'([\d.]+) s', relaunch).groups()
     assert 0 < float(compile_s) and 0 < float(first)
+    assert anew == '0', relaunch  # The resume's programs all came cached.
     speed = rows['agent_speed: ours (warm cache)']
     assert float(re.search(r'([\d.]+) train steps/s', speed).group(1)) > 0
     default = next(v for k, v in rows.items()
