@@ -137,9 +137,14 @@ def _end_replica(error, code=1):
     print(f'error: replica {distributed.replica()}: {error}',
           file=sys.stderr, flush=True)
     sys.stdout.flush()
-    if distributed.replica() == 0:
-        # Replica 0 serves the coordinator: leaving at once would end the
-        # others before they report their own error.
+    # Replica 0 serves the coordinator: leaving at once would end the
+    # others (by SIGABRT) before they report their own error.
+    if getattr(error, 'together', False):
+        try:  # Every replica raised it; all reach this barrier.
+            distributed.barrier('error-reported', timeout_ms=60_000)
+        except Exception:
+            pass
+    elif distributed.replica() == 0:
         import time
         time.sleep(3)
     os._exit(code)

@@ -55,7 +55,13 @@ _state = {}  # replica, replicas, address once started
 
 class ReplicaError(RuntimeError):
     """The replicas of a run cannot work together (a config differs, the
-    coordinator cannot be reached, a replica was lost)."""
+    coordinator cannot be reached, a replica was lost). `together`: every
+    replica raises it at the same point, so each can wait for the others
+    to report it before replica 0 (the coordinator) leaves."""
+
+    def __init__(self, message, together=False):
+        super().__init__(message)
+        self.together = together
 
 
 def started():
@@ -272,7 +278,7 @@ def check_same_config(config, name='config'):
     # ends the coordinator).
     barrier(f'{name}-checked')
     if problem:
-        raise ReplicaError(problem)
+        raise ReplicaError(problem, together=True)
 
 
 def _difference(ours, theirs, me, other):
