@@ -337,7 +337,8 @@ def make_agent(config):
             replica=config.replica,
             replicas=config.replicas,
             policy_batches=arguments.policy_calls(
-                make_args(config), config.script))
+                make_args(config), config.script),
+            trains=config.script != 'eval_only')
     return ctor(obs_space, act_space, agent_config)
 
 

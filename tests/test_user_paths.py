@@ -70,6 +70,9 @@ def test_train_then_eval_only_from_its_checkpoint(tmp_path):
                  '--run.from_checkpoint', logdir, '--run.steps', '100',
                  '--logdir', tmp_path / 'eval')
     assert launch.saved_tags(tmp_path / 'eval', 'eval')[-1] >= 100
+    # eval_only never trains: the agent compiles its eval policy alone.
+    compiled = re.search(r'Compiled the agent in .*', output).group(0)
+    assert compiled.endswith('(policy at batch sizes eval [4]).'), compiled
 
 
 @pytest.mark.slow

@@ -47,7 +47,8 @@ Compiling ahead. Building the agent (with `jax.precompile`, the default)
 compiles the parameters' init and then `init_policy` and `policy` at the
 sizes in `config.policy_batches` ({mode: [batch sizes]}, optional;
 `embodied.main` passes the sizes its runner uses), and returns: the actor
-can act at once. A background thread ('AgentCompile') then compiles
+can act at once. Unless `config.trains` is False (a runner that never
+trains, `eval_only`), a background thread ('AgentCompile') then compiles
 `init_train` and `train` (batch_size x batch_length + replay_context), then
 `init_report` and `report` (batch_size x report_length + replay_context):
 it lowers each under `TRACE_LOCK` and lets XLA compile outside it (the
@@ -148,6 +149,13 @@ _LOWERING_SEED = np.zeros(2, np.uint32)
 #: actor's first policy and the learner's first train) corrupt each other.
 #: Reentrant, as a trace may start another.
 TRACE_LOCK = threading.RLock()
+
+
+def _compiles_learner(config):
+    """Whether building the agent compiles train and report ahead: with a
+    batch to compile them for, unless the runner never trains."""
+    return bool(config.get('batch_size') and config.get('batch_length')
+                and config.get('trains', True))
 
 
 def traced_under_lock(fn):
@@ -542,7 +550,7 @@ class Agent(embodied.Agent):
             dict(config.get('policy_batches', {})).items() if sizes}
         if not self.runtime.enable_policy:
             policy = {}
-        learner = bool(config.get('batch_size') and config.get('batch_length'))
+        learner = _compiles_learner(config)
         text = ', '.join(f'{m} {s}' for m, s in policy.items())
         self._progress.phase('the policy' if policy else 'train and report')
         for mode, sizes in policy.items():
@@ -561,11 +569,15 @@ class Agent(embodied.Agent):
             finally:
                 self._progress.stop()
             total = self._progress.elapsed()
-            print(
-                f'Compiled the agent in {total:.1f} s (train and report '
-                f'{total - policy_seconds:.1f} s'
-                + (f'; policy at batch sizes {text}' if text else '')
-                + ').', flush=True)
+            parts = []
+            if learner:
+                parts.append(
+                    f'train and report {total - policy_seconds:.1f} s')
+            if text:
+                parts.append(f'policy at batch sizes {text}')
+            print(f'Compiled the agent in {total:.1f} s'
+                  + (f' ({"; ".join(parts)})' if parts else '') + '.',
+                  flush=True)
 
         if distributed.started() or not learner:
             try:
@@ -623,7 +635,7 @@ class Agent(embodied.Agent):
         if policy and self.runtime.enable_policy:
             parts.append('the policy at batch sizes ' + ', '.join(
                 f'{m} {s}' for m, s in policy.items()))
-        if config.get('batch_size') and config.get('batch_length'):
+        if _compiles_learner(config):
             where = ('' if distributed.started() else
                      ' in the background while the policy acts')
             parts.append(f'then train and report{where}')
