@@ -1,8 +1,8 @@
 """`--script parallel` as two replicas on loopback. A SIGTERM stops the run
 with one final save at one tag in every replica and exit 0, whether it
 reaches every process (a scheduler stopping the job) or one replica's
-launcher only; the next launch resumes from that save, and a launch that
-runs to its steps ends both replicas after the same update."""
+launcher only; the next launch resumes from that save. (A parallel run of
+two replicas to its steps: tests/run/test_replicas_hosts.py.)"""
 
 import re
 import signal
@@ -11,7 +11,7 @@ import pytest
 
 import launch
 from tests.run.test_replicas import (
-    common_tag, digest, final_own_step, finish, free_port, replica_flags)
+    common_tag, finish, free_port, replica_flags)
 
 pytestmark = pytest.mark.slow
 
@@ -58,10 +58,10 @@ def stop_and_check(procs, logdir, send):
 
 def test_sigterm_to_all_or_one_replica_saves_at_one_tag_and_resumes(
         tmp_path):
-    """Three launches on one logdir: SIGTERM to both replicas' process
-    groups; SIGTERM to replica 1's command alone (replica 0 stops because
-    it did); a launch that runs to its steps. Each resumes from the tag the
-    one before saved."""
+    """Two launches on one logdir: SIGTERM to both replicas' process
+    groups; then SIGTERM to replica 1's command alone (replica 0 stops
+    because it did), in a launch that resumed from the tag the first
+    saved."""
     logdir = tmp_path / 'run'
 
     def to_every_process(procs):
@@ -84,26 +84,3 @@ def test_sigterm_to_all_or_one_replica_saves_at_one_tag_and_resumes(
         assert resumed == [str(first)], (resumed, first, output[-3000:])
     assert 'Received a stop signal' in outputs[1], outputs[1][-3000:]
     assert 'Another replica stopped the run' in outputs[0], outputs[0][-3000:]
-
-    # The last launch runs to its steps with the agent in a process of its
-    # own: both launchers stop after the same update, with bit-identical
-    # parameters.
-    steps = 2 * second + 80
-    procs = launch_replicas(tmp_path, logdir, 'last', '--run.steps', steps,
-                            '--run.agent_process', True)
-    codes = finish(procs, timeout=600)
-    outputs = [proc.output() for proc in procs]
-    assert codes == [0, 0], '\n\n'.join(o[-3000:] for o in outputs)
-    for output in outputs:
-        resumed = re.findall(
-            r'Learner resumed the agent from the save at step (\d+)', output)
-        assert resumed == [str(second)], (resumed, second, output[-3000:])
-    assert f'Reached run.steps ({steps})' in outputs[0] + outputs[1]
-    assert digest(outputs[0]) == digest(outputs[1])
-    assert (logdir / 'ckpt' / 'replay' / '00001').exists()
-    # The step written last counts the env steps of both replicas: replica
-    # 0's own (final) plus replica 1's as the learners last exchanged them
-    # (when they stopped).
-    own = [final_own_step(logdir, replica) for replica in ('00000', '00001')]
-    written = launch.metrics(logdir)[-1]['step']
-    assert own[0] < written <= own[0] + own[1], (written, own)

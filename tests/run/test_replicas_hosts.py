@@ -19,7 +19,7 @@ import time
 import pytest
 
 import launch
-from tests.run.test_replicas import digest, replica_flags
+from tests.run.test_replicas import digest, final_own_step, replica_flags
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +114,8 @@ def finish(procs, timeout=900):
 def test_two_hosts_train_one_agent(hosts, tmp_path):
     """`--script parallel` (the agent in a process of its own) on two hosts:
     both reach the steps and exit 0 with bit-identical parameters, each
-    replica's gloo advertising its own host's address."""
+    replica's gloo advertising its own host's address; the step written
+    last counts the env steps of both replicas."""
     logdir = tmp_path / 'run'
     procs = start(hosts, tmp_path, logdir, '--script', 'parallel',
                   '--run.steps', 200, '--run.agent_process', True)
@@ -123,7 +124,14 @@ def test_two_hosts_train_one_agent(hosts, tmp_path):
     assert codes == [0, 0], '\n\n'.join(o[-3000:] for o in outputs)
     for index, output in enumerate(outputs):
         assert f'gloo at {hosts.addrs[index]}.' in output, output[-3000:]
+    assert 'Reached run.steps (200)' in outputs[0] + outputs[1]
     assert digest(outputs[0]) == digest(outputs[1])
+    assert (logdir / 'ckpt' / 'replay' / '00001').exists()
+    # Replica 0's own (final) env step plus replica 1's as the learners
+    # last exchanged them (when they stopped).
+    own = [final_own_step(logdir, replica) for replica in ('00000', '00001')]
+    written = launch.metrics(logdir)[-1]['step']
+    assert own[0] < written <= own[0] + own[1], (written, own)
 
 
 def test_two_hosts_train_and_a_killed_replica_is_named(hosts, tmp_path):
