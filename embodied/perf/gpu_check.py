@@ -158,6 +158,23 @@ def main(argv=None):
         pathlib.Path(args.markdown).write_text(table + '\n')
 
 
+def quick_task(args):
+    """With `--quick`, every step runs the dummy task (else the configs'
+    own): agent_speed and the probe then find on the warm cache the
+    programs the parallel runs compiled, as they do on a GPU."""
+    return ['--task', 'dummy_disc'] if args.quick else []
+
+
+def agent_flags(args, platform):
+    """The agent of agent_speed and the probe: `--configs` with XLA's
+    optimizations on (`--jax.debug False`), as the parallel runs have
+    them; with `--quick`, the `debug` block's own setting, which turns
+    them off, so these steps too find the runs' programs cached."""
+    speed = [] if args.quick else ['--jax.debug', 'False']
+    return ['--configs', *args.configs, *speed, '--jax.platform', platform,
+            *quick_task(args)]
+
+
 def agent_speeds(args, platform, tmp, cache):
     """{setup: agent_speed figures} for ours (compiled into `cache`) and,
     with the original's checkout at hand, its agent code on our base."""
@@ -168,8 +185,7 @@ def agent_speeds(args, platform, tmp, cache):
     for name, reason in skipped.items():
         if name != 'original':
             print(f'agent_speed: skipping {name}: {reason}', flush=True)
-    flags = ['--configs', *args.configs, '--jax.debug', 'False',
-             '--jax.platform', platform]
+    flags = agent_flags(args, platform)
     results = {}
     for name in ('ours', 'ours+orig agent'):
         if name not in setups:
@@ -191,7 +207,7 @@ def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
     flags = ['--configs', *args.configs, '--run.eval_envs', '0',
              '--run.log_every', '10', '--jax.platform', platform]
     if args.quick:
-        flags += ['--task', 'dummy_disc', '--run.duration', '0',
+        flags += [*quick_task(args), '--run.duration', '0',
                   '--run.steps', quick_steps]
     env = {'EMBODIED_JAX_CACHE': str(cache),
            # Only the agent's process uses the GPU; the runner's own setting.
@@ -294,7 +310,7 @@ def run_default(args, platform, tmp):
              '--jax.platform', platform, '--logdir', str(tmp / 'default'),
              '--run.log_every', '1e9', '--run.save_every', '1e9']
     if args.quick:
-        flags += ['--task', 'dummy_disc', '--run.envs', '2',
+        flags += [*quick_task(args), '--run.envs', '2',
                   '--run.eval_envs', '0']
     print(f"default size: a cold launch at {' '.join(args.default_configs)} "
           f"for at most {args.default_seconds:g} s ...", flush=True)
@@ -387,8 +403,7 @@ def policy_probe(args, platform, tmp, cache):
     first one trains back to back, and that train rate."""
     folder = tmp / 'probe'
     folder.mkdir()
-    flags = ['--agent_impl', 'dreamerv3', '--configs', *args.configs,
-             '--jax.debug', 'False', '--jax.platform', platform]
+    flags = ['--agent_impl', 'dreamerv3', *agent_flags(args, platform)]
     env = {**os.environ, 'EMBODIED_JAX_CACHE': str(cache),
            'PYTHONPATH': os.pathsep.join(
                p for p in (str(ROOT), os.environ.get('PYTHONPATH', '')) if p),
