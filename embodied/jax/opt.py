@@ -55,8 +55,12 @@ class Optimizer(nj.Module):
                 loss = loss * sg(self.grad_scale.read())
             return loss, aux
 
-        loss, params, grads, aux = nj.grad(
-            scaled_loss, self.modules, has_aux=True)(*args, **kwargs)
+        if nj.creating() and nj.context().ignore:
+            loss, params, grads, aux = self._create(
+                scaled_loss, *args, **kwargs)
+        else:
+            loss, params, grads, aux = nj.grad(
+                scaled_loss, self.modules, has_aux=True)(*args, **kwargs)
         if self.scaling:
             loss = loss / self.grad_scale.read()
 
@@ -95,6 +99,26 @@ class Optimizer(nj.Module):
         metrics['param_count'] = jnp.array(list(counts.values()), f32).sum()
         metrics = {f'{self.name}/{k}': v for k, v in metrics.items()}
         return (metrics, aux) if has_aux else metrics
+
+    def _create(self, lossfn, *args, **kwargs):
+        """What `nj.grad` returns, in a trace that keeps only the entries
+        it creates (create and ignore: the agent's init). The loss's forward
+        pass creates the parameters as `nj.grad`'s first pass does, drawing
+        the same seeds in the same order, so they come out the same; the
+        gradients are zeros, as no update is kept. The trace skips the
+        second forward and the backward pass (half the init's trace)."""
+        pure = nj.pure(lossfn, nested=True)
+        args, kwargs = jax.tree.map(lambda x: x, (args, kwargs))
+        state, (loss, aux), accessed, _, created = pure(
+            dict(nj.context()), *args, ignore=True, track=True,
+            seed=nj.seed(None, True), **kwargs)
+        nj.context().update({k: v for k, v in state.items() if k in created})
+        nj.seed(None, True)  # The seed of nj.grad's second pass.
+        prefixes = tuple(module.path + '/' for module in self.modules)
+        params = {k: nj.context()[k] for k in nj.context()
+                  if k.startswith(prefixes) and k in accessed}
+        grads = jax.tree.map(jnp.zeros_like, params)
+        return loss, params, grads, aux
 
     def _update_scale(self, finite):
         # After 1000 finite steps in a row the scale doubles; a non-finite

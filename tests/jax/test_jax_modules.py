@@ -140,6 +140,39 @@ def test_optimizer_reduces_a_regression_loss(f32_compute, capsys):
         np.asarray(state['model/kernel'])[:, 0], [1, -2, 0.5, 3], atol=0.05)
 
 
+def test_optimizer_in_an_init_trace_creates_what_nj_grad_would(
+        f32_compute, monkeypatch):
+    """In a trace that keeps only what it creates (the agent's init), the
+    optimizer skips `nj.grad`'s second pass and backward pass, yet creates
+    the same entries with the same values: the loss draws a seed, and a
+    module created after the optimizer draws the next one."""
+    def init():
+        model = nets.Linear(3, name='model')
+        later = nets.Linear(2, name='later')
+        optimizer = embodied.jax.Optimizer(model, optax.adam(0.1), name='opt')
+
+        def train(x):
+            def loss(x):
+                noise = jax.random.normal(nj.seed(), x.shape)
+                return jnp.square(model(x + noise)).mean(), {'n': noise}
+            metrics, _ = optimizer(loss, x, has_aux=True)
+            return later(x), metrics
+
+        return nj.pure(train)({}, jnp.ones((4, 5)), seed=0, create=True,
+                              modify=True, ignore=True)[0]
+
+    fast = init()
+    monkeypatch.setattr(
+        embodied.jax.Optimizer, '_create', lambda self, fn, *a, **k:
+        nj.grad(fn, self.modules, has_aux=True)(*a, **k))
+    full = init()
+    assert sorted(fast) == sorted(full)
+    assert {'model/kernel', 'later/kernel', 'opt/step/value'} <= set(fast)
+    for key in full:
+        np.testing.assert_array_equal(
+            np.asarray(fast[key]), np.asarray(full[key]), err_msg=key)
+
+
 def test_optimizer_aux_and_loss_checks(f32_compute):
     model = nets.Linear(1, name='model')
     optimizer = embodied.jax.Optimizer(
