@@ -65,6 +65,10 @@ from embodied.perf import throughput
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
+# The task of every step with --quick: agent_speed and the probe then find
+# on the warm cache the programs the parallel runs compiled.
+QUICK_TASK = 'dummy_disc'
+
 
 def make_parser():
     parser = argparse.ArgumentParser(
@@ -158,21 +162,15 @@ def main(argv=None):
         pathlib.Path(args.markdown).write_text(table + '\n')
 
 
-def quick_task(args):
-    """With `--quick`, every step runs the dummy task (else the configs'
-    own): agent_speed and the probe then find on the warm cache the
-    programs the parallel runs compiled, as they do on a GPU."""
-    return ['--task', 'dummy_disc'] if args.quick else []
-
-
 def agent_flags(args, platform):
     """The agent of agent_speed and the probe: `--configs` with XLA's
     optimizations on (`--jax.debug False`), as the parallel runs have
-    them; with `--quick`, the `debug` block's own setting, which turns
-    them off, so these steps too find the runs' programs cached."""
-    speed = [] if args.quick else ['--jax.debug', 'False']
-    return ['--configs', *args.configs, *speed, '--jax.platform', platform,
-            *quick_task(args)]
+    them; with `--quick`, the runs' dummy task and the `debug` block's own
+    setting (optimizations off), so these steps too find the runs'
+    programs cached."""
+    quick = ['--task', QUICK_TASK] if args.quick else [
+        '--jax.debug', 'False']
+    return ['--configs', *args.configs, '--jax.platform', platform, *quick]
 
 
 def agent_speeds(args, platform, tmp, cache):
@@ -207,7 +205,7 @@ def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
     flags = ['--configs', *args.configs, '--run.eval_envs', '0',
              '--run.log_every', '10', '--jax.platform', platform]
     if args.quick:
-        flags += [*quick_task(args), '--run.duration', '0',
+        flags += ['--task', QUICK_TASK, '--run.duration', '0',
                   '--run.steps', quick_steps]
     env = {'EMBODIED_JAX_CACHE': str(cache),
            # Only the agent's process uses the GPU; the runner's own setting.
@@ -310,7 +308,7 @@ def run_default(args, platform, tmp):
              '--jax.platform', platform, '--logdir', str(tmp / 'default'),
              '--run.log_every', '1e9', '--run.save_every', '1e9']
     if args.quick:
-        flags += [*quick_task(args), '--run.envs', '2',
+        flags += ['--task', QUICK_TASK, '--run.envs', '2',
                   '--run.eval_envs', '0']
     print(f"default size: a cold launch at {' '.join(args.default_configs)} "
           f"for at most {args.default_seconds:g} s ...", flush=True)

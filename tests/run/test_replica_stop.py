@@ -77,7 +77,7 @@ def test_sigterm_to_all_or_one_replica_saves_at_one_tag_and_resumes(
         procs[1].terminate(signal.SIGTERM)
 
     procs = launch_replicas(tmp_path, logdir, 'one')
-    second, outputs = stop_and_check(procs, logdir, to_replica_1)
+    _, outputs = stop_and_check(procs, logdir, to_replica_1)
     for output in outputs:
         resumed = re.findall(
             r'Learner resumed the agent from the save at step (\d+)', output)
