@@ -15,7 +15,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def test_quick_check_gives_every_row(tmp_path):
     """Each step of the check runs: the cold parallel launch, the relaunch
     (a resume that compiles nothing anew), agent_speed, the default-size
-    cold launch and the policy probe."""
+    launch (with --quick on the runs' warm cache: its configs are theirs)
+    and the policy probe."""
     table = tmp_path / 'table.md'
     result = subprocess.run(
         [sys.executable, '-m', 'embodied.perf.gpu_check', '--quick',
@@ -41,7 +42,7 @@ def test_quick_check_gives_every_row(tmp_path):
     speed = rows['agent_speed: ours (warm cache)']
     assert float(re.search(r'([\d.]+) train steps/s', speed).group(1)) > 0
     default = next(v for k, v in rows.items()
-                   if k.startswith('parallel at debug, cold cache'))
+                   if k.startswith('parallel at debug, warm cache'))
     assert re.search(r'compile [\d.]+ s, first env step [\d.]+ s', default)
     probe = rows['policy in a second process, batch 16']
     figures = re.search(
