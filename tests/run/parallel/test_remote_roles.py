@@ -65,7 +65,7 @@ def free_port():
 @pytest.mark.slow
 def test_env_command_with_wrong_secret_says_so_once_and_ends(
         tmp_path, commands):
-    """20 s against an actor that refuses its secret: one line per worker
+    """10 s against an actor that refuses its secret: one line per worker
     that names the server and what to set, a few more at the end, little
     CPU, and the exit code of a refusal after run.connect_timeout."""
     server = rpc.Server('127.0.0.1:0', 'Actor',
@@ -76,25 +76,25 @@ def test_env_command_with_wrong_secret_says_so_once_and_ends(
         envs = commands(
             tmp_path / 'envs', 'parallel_envs', *ENVS,
             '--run.actor_addr', f'127.0.0.1:{port}',
-            '--run.connect_timeout', '20', secret='another-secret')
+            '--run.connect_timeout', '10', secret='another-secret')
         assert envs.wait(240) == rpc.supervisor.EXIT_REFUSED
         refused = server.stats()['refused']
     output = envs.output()
-    assert envs.seconds >= 20, output
+    assert envs.seconds >= 10, output
     lines = output.splitlines()
     assert len(lines) <= 12, output
     said = [line for line in lines if 'refused this command' in line]
     assert len(said) == 1, output
     assert f'Actor at 127.0.0.1:{port}' in said[0]
     assert 'EMBODIED_SECRET' in said[0] and '--logdir' in said[0]
-    assert 'gave up after 20 s (run.connect_timeout)' in output
+    assert 'gave up after 10 s (run.connect_timeout)' in output
     assert 'parallel_envs: ending with exit code 77' in output
     assert 'Traceback' not in output
-    # Back-off: a handful of attempts a second at first, one per 5 s later.
+    # Back-off from 0.1 s, doubling up to 5 s: 8 attempts in 10 s.
     assert refused <= 20, refused
-    # Starting Python and the env costs a few CPU seconds; a loop that
-    # retried at once would spend the whole 20 s on a core or more.
-    assert envs.cpu < 15, envs.cpu
+    # Starting Python and the env costs under a CPU second (0.7 measured);
+    # a loop that retried at once would spend the whole 10 s on a core.
+    assert envs.cpu < 5, envs.cpu
 
 
 @pytest.mark.slow
@@ -103,7 +103,7 @@ def test_main_run_names_refused_envs_and_the_command_to_start_them(
     port = free_port()
     addr = ('--run.actor_addr', f'127.0.0.1:{port}')
     main = commands(tmp_path / 'main', 'parallel', *ENVS, *addr,
-                    '--run.remote_envs', 'True', '--run.connect_timeout', '15')
+                    '--run.remote_envs', 'True', '--run.connect_timeout', '10')
     envs = commands(tmp_path / 'envs', 'parallel_envs', *ENVS, *addr,
                     '--run.connect_timeout', '120')
     envs.wait_for('refused this command')
@@ -119,7 +119,7 @@ def test_main_run_names_refused_envs_and_the_command_to_start_them(
     assert 'Traceback' not in output
     assert main.code == rpc.supervisor.EXIT_UNREACHABLE
     match = re.search(
-        rf'No env worker reached the actor at 127.0.0.1:{port} within 15 s '
+        rf'No env worker reached the actor at 127.0.0.1:{port} within 10 s '
         r'\(run.connect_timeout\)\. The actor refused (\d+) connections? with '
         r'a wrong or missing secret, from 127\.0\.0\.1: commands started '
         r'with another run secret', output)
