@@ -1,5 +1,6 @@
 """`jax.autotune` and `jax.deterministic` reach XLA as the original's flags,
-and a flag the user set in $XLA_FLAGS wins. XLA reads $XLA_FLAGS once per
+`jax.debug` the CPU emitters that compile fastest, and a flag the user set
+in $XLA_FLAGS wins. XLA reads $XLA_FLAGS once per
 process, so each case runs `runtime.setup` in a fresh process and reads the
 debug options XLA dumps beside each program it compiles."""
 
@@ -20,10 +21,10 @@ import json, sys
 import elements
 from embodied.jax import runtime
 settings = json.loads(sys.argv[1])
-jaxcfg = elements.Config(
-    platform='cpu', compute_dtype='auto', policy_devices=[0],
-    train_devices=[0], mock_devices=0, prealloc=False, jit=True, debug=False,
-    **settings)
+jaxcfg = elements.Config({
+    'platform': 'cpu', 'compute_dtype': 'auto', 'policy_devices': [0],
+    'train_devices': [0], 'mock_devices': 0, 'prealloc': False, 'jit': True,
+    'debug': False, **settings})
 runtime.setup(jaxcfg)
 import jax, jax.numpy as jnp
 print(jax.jit(lambda x: x * 3)(jnp.ones(2)))
@@ -64,6 +65,20 @@ def test_keys_reach_xla(tmp_path):
     assert options['xla_gpu_autotune_level'] == '3'
     # XLA's default, which the key leaves alone.
     assert options.get('xla_gpu_deterministic_ops', 'false') == 'false'
+
+
+def test_debug_compiles_with_the_older_cpu_emitters(tmp_path):
+    """`jax.debug` (optimizations off) also turns off the CPU backend's
+    fusion emitters, which double an unoptimized compile; without it XLA
+    keeps its own default, and a user's setting wins."""
+    assert debug_options(tmp_path / 'debug', dict(debug=True))[
+        'xla_cpu_use_fusion_emitters'] == 'false'
+    assert debug_options(tmp_path / 'default', {}).get(
+        'xla_cpu_use_fusion_emitters', 'true') == 'true'
+    assert debug_options(
+        tmp_path / 'user', dict(debug=True),
+        '--xla_cpu_use_fusion_emitters=true').get(
+            'xla_cpu_use_fusion_emitters', 'true') == 'true'
 
 
 def test_users_own_xla_flags_win(tmp_path):
