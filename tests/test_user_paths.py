@@ -292,8 +292,8 @@ DOC_REPLAY = 1e4
 # A command at a model size block (`size1m` ... `size400m`) compiles with
 # XLA's optimizations off, as `--configs debug` does (`--jax.debug True`):
 # XLA still compiles train and report at the page's size and the policy
-# acts at it, but the crafter command then takes 26 CPU-s instead of 49
-# (train and report compile in 11.7 s instead of 17.6 s on 2 cores), for a
+# acts at it, but the crafter command then takes 19 CPU-s instead of 49
+# (train and report compile in 9.1 s instead of 17.8 s on 2 cores), for a
 # run that ends before any update would use what the optimizations make.
 SIZE_BLOCK = re.compile(r'size\d+m$')
 
