@@ -52,6 +52,8 @@ _ERROR_CHARS = 2000  # Longest error summary a worker passes to its parent.
 
 class Process:
 
+    in_this_process = False
+
     def __init__(self, fn, *args, name=None):
         self.name = name or getattr(fn, '__name__', 'process')
         payload = cloudpickle.dumps((fn, args))
@@ -107,6 +109,8 @@ class Process:
 
 
 class Thread:
+
+    in_this_process = True
 
     def __init__(self, fn, *args, name=None):
         self.name = name or getattr(fn, '__name__', 'thread')

@@ -330,6 +330,23 @@ def test_supervisor_names_failed_worker():
         group.check(expected=['Fine'])
 
 
+def test_supervisor_starts_its_processes_before_its_threads():
+    """A process that Python starts while another thread changes the
+    environment (as JAX does when the agent's thread imports and starts it)
+    can fail to exec: exit code 255, no output. So the threads start once
+    every process has: here the thread finds each process started."""
+    group = rpc.Supervisor()
+    seen = []
+    group.add(rpc.Thread(
+        lambda: seen.extend(w.pid for w in group.workers[1:]), name='Agent'))
+    for index in range(3):
+        group.add(rpc.Process(_return, 0, name=f'Worker{index}'))
+    group.start()
+    assert not group.wait(120)
+    assert len(seen) == 3 and None not in seen, seen
+    assert [w.exitcode for w in group.workers] == [0, 0, 0, 0]
+
+
 CHILD_SCRIPT = textwrap.dedent('''
     import time
     from embodied import rpc

@@ -120,8 +120,11 @@ class Launcher:
               f'{args.replay_addr}, logger at {args.logger_addr}.', flush=True)
         try:
             with stopping.StopSignal() as signal:
-                self.group.start()
+                # The env workers before the agent's thread, which
+                # changes the environment as JAX starts: see
+                # `rpc.supervisor.start_processes_first`.
                 self.envs.start()
+                self.group.start()
                 self._print_workers()
                 try:
                     self._connect()
