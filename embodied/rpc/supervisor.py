@@ -107,23 +107,6 @@ class WorkerGroup:
                 worker.kill()
 
 
-def start_processes_first(workers):
-    """Starts `workers`, its processes before its threads. A thread that
-    changes this process's environment (JAX sets variables as it imports
-    and starts; the agent's runtime sets $XLA_FLAGS) while Python starts a
-    process can make that process fail to exec: Python starts it with
-    vfork, the child's exec reads the environment array that the other
-    thread's setenv replaces, and the child exits with code 255 before any
-    of its code runs, saying nothing."""
-    workers = list(workers)
-    for worker in workers:
-        if not getattr(worker, 'in_this_process', False):
-            worker.start()
-    for worker in workers:
-        if getattr(worker, 'in_this_process', False):
-            worker.start()
-
-
 class Supervisor(WorkerGroup):
 
     def __init__(self):
@@ -134,9 +117,14 @@ class Supervisor(WorkerGroup):
         return worker
 
     def start(self):
-        """Starts every worker without waiting for any to come up: the
-        processes first, then the threads (see `start_processes_first`)."""
-        start_processes_first(self.workers)
+        """Starts every worker without waiting for any to come up, the
+        processes before the threads. A thread that changes this process's
+        environment (JAX sets variables as it imports and starts; the
+        agent's runtime sets $XLA_FLAGS) while Python starts a process can
+        make that process fail to exec: it exits with code 255 before any
+        of its code runs, saying nothing."""
+        for worker in sorted(self.workers, key=lambda w: w.in_this_process):
+            worker.start()
 
     def check(self, expected=()):
         """Raises `WorkerFailed` for the first worker that has ended, unless

@@ -122,7 +122,7 @@ class Launcher:
             with stopping.StopSignal() as signal:
                 # The env workers before the agent's thread, which
                 # changes the environment as JAX starts: see
-                # `rpc.supervisor.start_processes_first`.
+                # `rpc.Supervisor.start`.
                 self.envs.start()
                 self.group.start()
                 self._print_workers()
