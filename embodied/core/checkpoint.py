@@ -11,7 +11,8 @@ Layout of a checkpoint directory::
       .tmp-...          a save in progress; ignored and removed later
       damaged-...       a save found damaged on resume, kept for inspection
       unused-...        a save newer than the one resumed from (a crash hit
-                        the save of some roles only); kept, never loaded
+                        the save of some roles only); never loaded, and
+                        removed once it is older than every kept save
 
 Each save is written into a temporary folder, every file is fsynced, and the
 folder is renamed into place, so a process killed mid-save leaves the previous
@@ -41,6 +42,7 @@ import elements
 from . import diskfull
 
 _NAME = re.compile(r'^\d{12}$')
+_UNUSED = re.compile(r'^unused-(\d{12})-')
 _PICKLE_STOP = b'.'  # The last byte of every pickle.
 
 
@@ -161,6 +163,14 @@ class Checkpoint:
             return
         for tag in self.tags()[:-self._keep]:
             shutil.rmtree(os.path.join(folder, f'{tag:012d}'), True)
+        # A save set aside as unused stays only while it is among the newest
+        # steps kept; otherwise every crash between the roles' saves would
+        # leave one behind for good. Damaged saves stay for inspection.
+        kept = self.tags()
+        for name in os.listdir(folder):
+            match = _UNUSED.match(name)
+            if match and kept and int(match.group(1)) < kept[0]:
+                shutil.rmtree(os.path.join(folder, name), True)
 
 
 def list_tags(directory):

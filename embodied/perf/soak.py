@@ -41,8 +41,10 @@ then the checks, and exits 1 unless all pass:
   rows (those of the logger's `fps/env`) have one step, and no gap between
   two periodic rows is longer than 10 times their median gap (steps lost
   to a wrong rewind on resume span a save interval, 30 of them);
-* **logdir**: at most `run.save_keep` saves per role, together no larger
-  than that many times the newest (10% slack). The replay's folders keep
+* **logdir**: at most `run.save_keep` complete saves per role, nothing
+  else left in the checkpoint folders but saves set aside on resume that
+  are still newer than the oldest kept one, and all of them together no
+  larger than that many times the newest save (10% slack). The replay's folders keep
   every chunk written, as the original's do (a save names the chunks it
   holds); their size is reported beside the env steps.
 """
@@ -503,11 +505,25 @@ def check_metrics(logdir):
 
 
 def check_logdir(logdir, args):
+    from embodied.perf import faults
     logdir = pathlib.Path(logdir)
-    counts = {}
+    counts, aside, left = {}, {}, []
     for role in ('agent', 'replay', 'logger'):
         folder = logdir / 'ckpt' / role
-        counts[role] = len(list(folder.iterdir())) if folder.exists() else 0
+        complete = faults.tags(logdir, role)
+        counts[role] = len(complete)
+        aside[role] = 0
+        for path in folder.iterdir() if folder.exists() else []:
+            kind, _, rest = path.name.partition('-')
+            if path.name.isdigit() and int(path.name) in complete:
+                continue
+            # A save set aside on resume may stay while it is newer than
+            # the oldest kept save; anything else is left behind for good.
+            if kind in ('unused', 'damaged') and complete and (
+                    kind == 'damaged' or int(rest[:12]) > complete[0]):
+                aside[role] += 1
+            else:
+                left.append(f'{role}/{path.name}')
     steps = {name: sum(int(p.stem.rsplit('-', 1)[-1])
                        for p in (logdir / name).glob('*.npz'))
              for name in ('replay', 'replay_eval')}
@@ -518,15 +534,18 @@ def check_logdir(logdir, args):
     save = sum(folder_bytes(logdir / 'ckpt' / role / f'{newest:012d}')
                for role in ('agent', 'replay', 'logger')) if newest else 0
     total = folder_bytes(logdir)
+    folders = SAVE_KEEP + max(aside.values())
     detail = (
-        f'saves per role {counts} (run.save_keep {SAVE_KEEP}); ckpt '
-        f'{ckpt / 2**20:.1f} MiB = {ckpt / max(save, 1):.2f} x the newest '
-        f'save; replay folders {replay / 2**20:.1f} MiB ({steps["replay"]} '
-        f'+ {steps["replay_eval"]} steps); the rest '
+        f'complete saves per role {counts} (run.save_keep {SAVE_KEEP}), set '
+        f'aside on resume and still among the newest {aside}, left behind '
+        f'{left or "none"}; ckpt {ckpt / 2**20:.1f} MiB = '
+        f'{ckpt / max(save, 1):.2f} x the newest save; replay folders '
+        f'{replay / 2**20:.1f} MiB ({steps["replay"]} + '
+        f'{steps["replay_eval"]} steps); the rest '
         f'{(total - ckpt - replay) / 2**20:.1f} MiB; logdir '
         f'{total / 2**20:.1f} MiB')
-    ok = all(count <= SAVE_KEEP for count in counts.values()) and (
-        ckpt <= 1.1 * SAVE_KEEP * save)
+    ok = (all(count <= SAVE_KEEP for count in counts.values()) and not left
+          and ckpt <= 1.1 * folders * save)
     return ok, detail
 
 

@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -74,3 +75,32 @@ def test_flat_check_fails_on_growth_after_the_settled_window():
     rows.append(row(150, 100, 115))
     ok, detail = soak.check_flat(rows + [row(180, 100, 100)], args, 210)
     assert not ok and 'fds grew 15.0%' in detail
+
+
+def test_logdir_check_allows_a_recent_set_aside_save_but_no_leftover(
+        tmp_path):
+    def save(role, name):
+        folder = tmp_path / 'ckpt' / role / name
+        folder.mkdir(parents=True)
+        (folder / f'{role}.pkl').write_bytes(b'x' * 100)
+        (folder / 'done').write_text('{}')
+
+    for role in ('agent', 'replay', 'logger'):
+        for step in (200, 300, 400):
+            save(role, f'{step:012d}')
+    ok, detail = soak.check_logdir(tmp_path, None)
+    assert ok, detail
+    # Set aside on resume at 200 and still newer than the oldest kept save.
+    save('agent', 'unused-000000000250-0a1b2c3d')
+    ok, detail = soak.check_logdir(tmp_path, None)
+    assert ok and "{'agent': 1, 'replay': 0, 'logger': 0}" in detail, detail
+    # Older than every kept save: pruning should have removed it.
+    save('logger', 'unused-000000000150-0a1b2c3d')
+    ok, detail = soak.check_logdir(tmp_path, None)
+    assert not ok and 'logger/unused-000000000150-0a1b2c3d' in detail
+    shutil.rmtree(
+        tmp_path / 'ckpt' / 'logger' / 'unused-000000000150-0a1b2c3d')
+    assert soak.check_logdir(tmp_path, None)[0]
+    save('replay', f'{500:012d}')
+    ok, detail = soak.check_logdir(tmp_path, None)
+    assert not ok and "'replay': 4" in detail, detail

@@ -77,6 +77,35 @@ def test_damaged_newest_save_is_named_and_skipped(tmp_path, capsys, role, cut):
     assert any(n.startswith('damaged-000000000300') for n in names), names
 
 
+def test_unused_save_goes_once_every_kept_save_is_newer(tmp_path):
+    # A crash between the roles' saves of step 300: agent and logger hold
+    # it, the replay does not. The resume sets it aside; it stays while it
+    # is among the newest steps kept, then goes like any pruned save.
+    logdir = tmp_path / 'run'
+    save_run(logdir, [100, 200])
+    for role in ('agent', 'logger'):
+        cp = saving.role_checkpoint(args_for(logdir), role, **{role: Value()})
+        cp.save(300)
+    cps = {r: saving.role_checkpoint(args_for(logdir), r, **{r: Value()})
+           for r in saving.ROLES}
+    assert saving.resume(logdir, cps.values()) == 200
+
+    def unused(role):
+        return [n for n in os.listdir(logdir / 'ckpt' / role)
+                if n.startswith('unused-000000000300-')]
+
+    for step in (250, 280, 320, 350, 380):
+        for cp in cps.values():
+            cp.save(step)
+        held = step < 380  # Until then, the oldest kept save is before 300.
+        for role in ('agent', 'logger'):
+            assert bool(unused(role)) == held, (step, role)
+    for role, cp in cps.items():
+        assert cp.tags() == [320, 350, 380]
+        assert sorted(os.listdir(logdir / 'ckpt' / role)) == [
+            f'{t:012d}' for t in (320, 350, 380)]
+
+
 def test_save_older_than_the_manifest_is_checked_by_its_pickle_end(tmp_path):
     logdir = tmp_path / 'run'
     save_run(logdir, [100, 200])
