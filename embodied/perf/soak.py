@@ -41,12 +41,13 @@ then the checks, and exits 1 unless all pass:
   rows (those of the logger's `fps/env`) have one step, and no gap between
   two periodic rows is longer than 10 times their median gap (steps lost
   to a wrong rewind on resume span a save interval, 30 of them);
-* **logdir**: at most `run.save_keep` complete saves per role, nothing
-  else left in the checkpoint folders but saves set aside on resume that
-  are still newer than the oldest kept one, and all of them together no
-  larger than that many times the newest save (10% slack). The replay's folders keep
-  every chunk written, as the original's do (a save names the chunks it
-  holds); their size is reported beside the env steps.
+* **logdir**: at most `run.save_keep` complete saves per role; nothing
+  else in the checkpoint folders but the saves a resume set aside (a
+  `damaged-` one, or an `unused-` one still newer than the oldest kept
+  save); all together no larger than the newest save times their count
+  per role (10% slack). The replay's folders keep every chunk written, as
+  the original's do (a save names the chunks it holds); their size is
+  reported beside the env steps.
 """
 
 import argparse
