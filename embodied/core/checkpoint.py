@@ -155,21 +155,20 @@ class Checkpoint:
         return self.save()
 
     def _cleanup(self):
+        """Removes interrupted writes, the complete saves beyond the newest
+        `keep`, and saves set aside as unused once every kept save is newer
+        (else each crash between the roles' saves would leave one behind
+        for good). Damaged saves stay for inspection."""
         folder = str(self._directory)
-        for name in os.listdir(folder):
-            if name.startswith('.tmp-'):
-                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-        if not self._keep:
-            return
-        for tag in self.tags()[:-self._keep]:
+        tags = self.tags()
+        kept = tags[-self._keep:] if self._keep else tags
+        for tag in tags[:len(tags) - len(kept)]:
             shutil.rmtree(os.path.join(folder, f'{tag:012d}'), True)
-        # A save set aside as unused stays only while it is among the newest
-        # steps kept; otherwise every crash between the roles' saves would
-        # leave one behind for good. Damaged saves stay for inspection.
-        kept = self.tags()
         for name in os.listdir(folder):
-            match = _UNUSED.match(name)
-            if match and kept and int(match.group(1)) < kept[0]:
+            unused = _UNUSED.match(name)
+            if name.startswith('.tmp-') or (
+                    unused and self._keep and kept
+                    and int(unused.group(1)) < kept[0]):
                 shutil.rmtree(os.path.join(folder, name), True)
 
 
