@@ -510,8 +510,10 @@ def finish(timeout=600):
 def lost_replica_message(error):
     """A line naming the replicas the coordination service no longer hears
     from, for an error a collective raised; None when `error` is not a lost
-    replica (or the run has one replica)."""
-    if not started():
+    replica (or the run has one replica). A `ReplicaError` that every
+    replica raised together is none, whatever words it holds: its message
+    names keys such as `jax.gloo_address`."""
+    if not started() or getattr(error, 'together', False):
         return None
     text = str(error)
     markers = ('Gloo', 'gloo', 'heartbeat', 'Connection closed', 'NCCL',

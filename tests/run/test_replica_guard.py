@@ -51,6 +51,18 @@ def test_more_replicas_say_another_was_lost():
     assert 'another replica of 4 was lost' in line
 
 
+def test_an_error_every_replica_raised_is_no_lost_replica(monkeypatch):
+    # A config mismatch names the per-replica keys, `jax.gloo_address`
+    # among them; taken for a lost replica, replica 0 left at once and its
+    # coordinator ended replica 1 before it printed the mismatch.
+    monkeypatch.setattr(distributed, '_state', {'replica': 0, 'replicas': 2})
+    text = 'run.train_ratio differs (may differ: jax.gloo_address)'
+    assert distributed.lost_replica_message(
+        distributed.ReplicaError(text, together=True)) is None
+    assert 'lost contact with replica 1' in distributed.lost_replica_message(
+        RuntimeError('Gloo connection closed by peer'))
+
+
 def test_gloo_advertises_the_address_that_reaches_the_coordinator():
     assert addresses.local_address_toward('127.0.0.1:1') == '127.0.0.1'
     assert distributed.gloo_endpoint('127.0.0.1:1') == {
