@@ -15,6 +15,10 @@ import elements
 import ruamel.yaml as yaml
 
 
+class UsageError(Exception):
+    """A bad command line or config value; the message says which."""
+
+
 def config_dir():
     packaged = importlib.resources.files('embodied') / 'configs'
     if packaged.is_dir():

@@ -1,50 +1,34 @@
-"""Command line entry point and the factories the runners receive.
+"""The command line: parses flags into a config and runs its script.
 
     python -m embodied.main --configs debug --script train
     python -m embodied.run.parallel --script parallel --configs debug
 
 `--configs a b` applies config blocks in order on top of `defaults`; any other
 flag sets one config key (`--run.steps 1e4`); `--help` lists every key with
-its default and comment (embodied/config_reference.py). The factories live in this module
-(not in `__main__`) so that cloudpickle sends them to worker processes by
-reference.
+its default and comment (embodied/config_reference.py). The factories that
+build envs, agents, replays, streams and loggers are `embodied.factories`.
 """
 
 import difflib
-import importlib
 import os
 import sys
 from functools import partial as bind
 
 import elements
-import numpy as np
 
 import embodied
 from embodied import config as configlib
+from embodied.config import UsageError
+from embodied.factories import (  # noqa: F401 (the original's names, here)
+    AGENTS, SUITES, agent_path, make_agent, make_args, make_env, make_logger,
+    make_replay, make_stream, replay_spaces, wrap_env)
 from embodied import rpc
 from embodied.core import diskfull
 from embodied.core import linewise
-from embodied.run import arguments
 from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
 from embodied.run import validation
 from embodied.run import connections
-
-SUITES = {
-    'dummy': 'embodied.envs.dummy:Dummy',
-    'cartpole': 'embodied.envs.cartpole:CartPole',
-    'gym': 'embodied.envs.from_gym:FromGym',
-    'dm': 'embodied.envs.from_dm:FromDM',
-    'dmc': 'embodied.envs.dmc:DMC',
-    'atari': 'embodied.envs.atari:Atari',
-    'atari100k': 'embodied.envs.atari:Atari',
-    'crafter': 'embodied.envs.crafter:Crafter',
-}
-
-AGENTS = {
-    'testing': 'embodied.agents.testing:TestAgent',
-    'dreamerv3': 'embodied.agents.dreamerv3:Agent',
-}
 
 SCRIPTS = (
     'train', 'train_eval', 'eval_only', 'parallel', 'parallel_env',
@@ -53,10 +37,6 @@ SCRIPTS = (
 REPLAY_SCRIPTS = ('train', 'train_eval', 'parallel', 'parallel_replay')
 
 HELP = {'--help', '-h'}
-
-
-class UsageError(Exception):
-    """A bad command line or config value; the message says which."""
 
 
 def main(argv=None):
@@ -282,197 +262,6 @@ def run(config):
 
 def _init_process(timer_enabled):
     elements.timer.global_timer.enabled = timer_enabled
-
-
-def make_args(config):
-    """The slice of the config the runners see: `run` plus a few globals."""
-    return arguments.from_config(config)
-
-
-def replay_spaces(config):
-    """The spaces of one stored step: observations, actions and the replay
-    context the agent writes back (agents declare it with an optional static
-    method `replay_context_spaces(obs_space, act_space, config)`)."""
-    env = make_env(config, 0)
-    obs_space, act_space = env.obs_space, env.act_space
-    env.close()
-    spaces = {**obs_space, **act_space}
-    if not config.random_agent:
-        ctor = _import(agent_path(config.agent_impl))
-        context = getattr(ctor, 'replay_context_spaces', None)
-        if context:
-            spaces.update(context(obs_space, act_space, config))
-    return spaces
-
-
-def make_agent(config):
-    if config.replicas > 1 and not config.random_agent:
-        _join_replicas(config)
-    env = make_env(config, 0)
-    obs_space = {
-        k: v for k, v in env.obs_space.items() if not k.startswith('log/')}
-    act_space = {k: v for k, v in env.act_space.items() if k != 'reset'}
-    env.close()
-    if config.random_agent:
-        return embodied.RandomAgent(obs_space, act_space)
-    ctor = _import(agent_path(config.agent_impl))
-    if config.agent_impl == 'testing':
-        agent_config = elements.Config(
-            **config.testing,
-            seed=config.seed,
-            batch_size=config.batch_size,
-            batch_length=config.batch_length,
-            replay_context=config.replay_context,
-            logdir=config.logdir)
-    else:
-        agent_config = elements.Config(
-            **config.agent,
-            logdir=config.logdir,
-            seed=config.seed,
-            jax=config.jax,
-            batch_size=config.batch_size,
-            batch_length=config.batch_length,
-            replay_context=config.replay_context,
-            report_length=config.report_length,
-            replica=config.replica,
-            replicas=config.replicas,
-            policy_batches=arguments.policy_calls(
-                make_args(config), config.script),
-            trains=config.script != 'eval_only')
-    return ctor(obs_space, act_space, agent_config)
-
-
-def _join_replicas(config):
-    """Joins the run's replicas (JAX's distributed runtime), refuses a
-    replica whose config differs from replica 0's, and checks that all see
-    one logdir; in the process that builds the agent, before it is built."""
-    from embodied.jax import distributed
-    distributed.start(config)
-    distributed.check_same_config(config)
-    distributed.check_shared_logdir(config.logdir)
-
-
-def make_logger(config):
-    step = elements.Counter()
-    logdir = config.logdir
-    suite = config.task.split('_', 1)[0]
-    # The step written counts the env steps of every replica; only replica
-    # 0 writes metrics files. In --script train the replicas step alike; in
-    # --script parallel the logger adds up the replicas' steps (RunStep).
-    multiplier = config.env.get(suite, {}).get('repeat', 1)
-    if config.script == 'train':
-        multiplier *= config.replicas
-    outputs = [elements.logger.TerminalOutput(config.logger.filter, 'Agent')]
-    for output in (config.logger.outputs if config.replica == 0 else ()):
-        if output == 'jsonl':
-            outputs.append(embodied.outputs.JSONLOutput(
-                logdir, 'metrics.jsonl'))
-            outputs.append(embodied.outputs.JSONLOutput(
-                logdir, 'scores.jsonl', 'episode/score'))
-        elif output == 'tensorboard':
-            outputs.append(embodied.outputs.TensorBoardOutput(
-                logdir, config.logger.fps))
-        elif output == 'wandb':
-            name = '/'.join(logdir.split('/')[-4:])
-            outputs.append(elements.logger.WandBOutput(name))
-        elif output == 'scope':
-            outputs.append(elements.logger.ScopeOutput(elements.Path(logdir)))
-        else:
-            raise ValueError(
-                f"Unknown logger output '{output}' in logger.outputs "
-                f"(known: jsonl, tensorboard, wandb, scope).")
-    return elements.Logger(step, outputs, multiplier)
-
-
-def make_replay(config, folder, mode='train'):
-    capacity, length = replay_size.shape(config, mode)
-    if config.batch_size * length > capacity:
-        raise ValueError(
-            f'The {mode} replay holds {int(capacity)} steps but one batch '
-            f'needs batch_size * length = {config.batch_size} * {length} = '
-            f'{config.batch_size * length}: raise replay.size.')
-    directory = elements.Path(config.logdir) / folder
-    if config.replicas > 1:
-        directory /= f'{config.replica:05}'
-    kwargs = dict(
-        length=length, capacity=int(capacity), online=config.replay.online,
-        chunksize=config.replay.chunksize, directory=directory)
-    if config.replay.fracs.uniform < 1 and mode == 'train':
-        recency = 1.0 / np.arange(1, capacity + 1) ** config.replay.recexp
-        selectors = embodied.replay.selectors
-        kwargs['selector'] = selectors.Mixture(dict(
-            uniform=selectors.Uniform(),
-            priority=selectors.Prioritized(**config.replay.prio),
-            recency=selectors.Recency(recency),
-        ), config.replay.fracs)
-    return embodied.replay.Replay(**kwargs)
-
-
-def make_env(config, index, **overrides):
-    suite, task = config.task.split('_', 1)
-    ctor = _import(SUITES[suite])
-    kwargs = dict(config.env.get(suite, {}))
-    kwargs.update(overrides)
-    if kwargs.pop('use_seed', False):
-        # Replicas step envs of their own seeds (replica 0's are those of a
-        # run of one replica).
-        key = (config.seed, index)
-        if config.replicas > 1 and config.replica:
-            key = (config.seed, config.replica, index)
-        kwargs['seed'] = hash(key) % (2 ** 32 - 1)
-    if kwargs.pop('use_logdir', False):
-        kwargs['logdir'] = elements.Path(config.logdir) / f'env{index}'
-    env = ctor(task, **kwargs)
-    return wrap_env(env, config)
-
-
-def wrap_env(env, config):
-    for name, space in env.act_space.items():
-        if not space.discrete:
-            env = embodied.wrappers.NormalizeAction(env, name)
-    env = embodied.wrappers.UnifyDtypes(env)
-    env = embodied.wrappers.CheckSpaces(env)
-    for name, space in env.act_space.items():
-        if not space.discrete:
-            env = embodied.wrappers.ClipAction(env, name)
-    return env
-
-
-def make_stream(config, replay, mode):
-    # The original binds `replay.sample`; the sampler also fills a
-    # shared-memory slot in place (`streams.Stateless`).
-    stream = embodied.streams.Stateless(
-        replay.sampler(config.batch_size, mode))
-    stream = embodied.streams.Consec(
-        stream,
-        length=config.batch_length if mode == 'train' else config.report_length,
-        consec=config.consec_train if mode == 'train' else config.consec_report,
-        prefix=config.replay_context,
-        strict=(mode == 'train'),
-        contiguous=True)
-    return stream
-
-
-def agent_path(agent_impl):
-    """'module:Class' of the agent: a name from AGENTS, or the user's own
-    agent class given as 'package.module:Class' (e.g. a subclass of
-    `embodied.jax.Agent`)."""
-    if agent_impl in AGENTS:
-        return AGENTS[agent_impl]
-    module, _, name = agent_impl.partition(':')
-    if module and name.isidentifier():
-        return agent_impl
-    raise UsageError(
-        f"Unknown --agent_impl '{agent_impl}'. Choose one of: "
-        f"{', '.join(AGENTS)}, or name your own class as module:Class.")
-
-
-def _import(path):
-    module, name = path.split(':')
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise ImportError(f"Cannot load '{path}': {e}") from e
 
 
 if __name__ == '__main__':

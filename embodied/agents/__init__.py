@@ -1,2 +1,2 @@
 """Agents that ship with embodied. Each lives in its own module and is
-imported only when selected (see `embodied.main.make_agent`)."""
+imported only when selected (see `embodied.factories.make_agent`)."""

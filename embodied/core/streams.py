@@ -12,7 +12,7 @@ stream continue from the same position.
 `stream.next_into(out)` writes the next batch into given arrays (views of a
 shared-memory slot, say) and returns `out`. `Stateless` over a replay's
 sampler (`replay.sampler(batch, mode)`, which has `sample_into(views)`) and
-`Consec` over that, as `embodied.main.make_stream` builds them, make the
+`Consec` over that, as `embodied.factories.make_stream` builds them, make the
 batch there with one copy from the replay's chunks, and say so with
 `stream.layout()`; every other stream (`layout()` None; the original's
 `Stateless(bind(replay.sample, ...))` among them) makes the batch and then

@@ -1,4 +1,4 @@
-"""Logger outputs of our own, for `elements.Logger` (see `main.make_logger`).
+"""Logger outputs of our own, for `elements.Logger` (see `embodied.factories.make_logger`).
 
 `JSONLOutput` is elements' JSONL output plus a `time` column, which the plots
 use for their wall-time axis. `TensorBoardOutput` writes event files with

@@ -40,7 +40,7 @@ def flat_feat(feat):
 class Agent(embodied.jax.Agent):
     """DreamerV3: `Agent(obs_space, act_space, config)` where `config` holds
     the `agent` block plus `jax`, `seed`, `logdir`, `replay_context` and the
-    batch settings (see `embodied.main.make_agent`)."""
+    batch settings (see `embodied.factories.make_agent`)."""
 
     banner = [
         '--- DreamerV3 (embodied) ---',
