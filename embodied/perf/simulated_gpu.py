@@ -1,8 +1,13 @@
 """A CPU model of one GPU for the one-GPU benchmark (`one_gpu.py`).
 
-`SerialDevice` is one compute stream: work items run first in, first out,
-each for a given time, on a thread of their own (as XLA's GPU client runs
-every program for a device on one stream, in submission order).
+`SerialDevice` is the device: work items run on a thread of their own,
+each for a given time, in the order a `Scheduler` gives. The items of one
+process are one context and run first in, first out (as XLA's GPU client
+runs every program of a process for a device on one stream, in submission
+order); a second process is a second context (`DeviceServer`,
+`RemoteDevice`), and contexts take turns in the device's time slices,
+calibrated so that the model reproduces `gpu_check`'s probe of a policy
+in a second process on the H200 (`probe`).
 `SimulatedGPUAgent` is the numpy test agent with its `train`, `report` and
 `policy` put on such a device the way our JAX agent (`embodied.jax.Agent`)
 puts them on a GPU:
@@ -26,8 +31,15 @@ e.g. [0.6, 0.4] for world model then actor-critic; `train` submits each
 once the one before has run, so that policy calls that came meanwhile run
 between them), `host_policy_ms` (> 0:
 the policy runs on the host for that long, off the device, with parameters
-copied every `copy_every` updates), and `trace` (a file the device appends
-its cumulative counters to, a JSON line every `trace_every` seconds).
+copied every `copy_every` updates), `trace` (a file the device appends
+its cumulative counters to, a JSON line every `trace_every` seconds),
+`device_socket` (a Unix socket path: the first process that builds the
+agent serves its device there, and an agent built in another process,
+the policy process of `run.policy_process process`, uses it as a second
+context), `slice_ms` (the device's time slice between contexts) and
+`policy_device_ms` (of a policy call's `policy_ms` in a second context,
+the part that runs on the device; the rest, split in two halves around
+it, is the host's and runs beside the other context's programs).
 
 Env steps take time too: with `EMBODIED_SIMULATED_ENV_MS` set, `install()`
 (called from the `sitecustomize.py` that `one_gpu.py` writes into the
@@ -41,6 +53,7 @@ module copied next to that `sitecustomize.py`.
 import collections
 import collections.abc
 import json
+import math
 import os
 import sys
 import threading
@@ -51,21 +64,108 @@ ENV_MS = 'EMBODIED_SIMULATED_ENV_MS'
 DEFAULTS = dict(
     train_ms=49.0, policy_ms=2.1, policy_rows=16, policy_scale=1.0,
     report_ms=49.0, copy_ms=0.05, split=[1.0], host_policy_ms=0.0,
-    copy_every=1, trace='', trace_every=0.5)
+    copy_every=1, trace='', trace_every=0.5, device_socket='',
+    slice_ms=1.1, policy_device_ms=0.24)
+
+
+class Scheduler:
+    """Which work item runs on the device when, in device seconds. Items of
+    one context (one process's stream) run first in, first out; contexts
+    take turns in the device's time slices of `slice_s` (one grid from
+    time 0): the running context keeps the device to the end of a slice in
+    which another context has work, or until it has no work itself. One context is one stream (JAX's programs
+    of one process on one GPU); two are two processes on it.
+    `advance(now)` runs the device up to `now` and returns the items that
+    finished; `next_event()` is the device time at which the next one ends
+    or a slice is up (None while idle)."""
+
+    EPS = 1e-12
+
+    def __init__(self, slice_s=0.001):
+        self.slice_s = slice_s
+        self.queues = collections.OrderedDict()  # context -> deque of items
+        self.now = 0.0
+        self.active = None
+        self.slice_end = 0.0
+        self.busy = collections.Counter()
+        self.items = collections.Counter()
+
+    def submit(self, context, kind, seconds, now):
+        """Queues an item of `seconds` in `context` at device time `now`;
+        returns it, a list [kind, seconds left, payload]."""
+        finished = self.advance(now)
+        item = [kind, float(seconds), None]
+        self.queues.setdefault(context, collections.deque()).append(item)
+        return item, finished
+
+    def _others(self, context):
+        return [c for c, q in self.queues.items() if q and c != context]
+
+    def _boundary(self):
+        """The end of the current slice: slices are the device's, on one
+        grid from time 0, whoever runs."""
+        return (math.floor(self.now / self.slice_s + self.EPS) + 1) * (
+            self.slice_s)
+
+    def _decide(self):
+        """(context, end of its slice) to run at `now`; (None, None) idle."""
+        mine = self.active is not None and self.queues.get(self.active)
+        others = self._others(self.active)
+        if mine and (not others or self.now < self.slice_end - self.EPS):
+            return self.active, self._boundary()
+        if others:
+            return others[0], self._boundary()
+        return None, None
+
+    def next_event(self):
+        context, end = self._decide()
+        if context is None:
+            return None
+        stop = self.now + self.queues[context][0][1]
+        return min(stop, end) if self._others(context) else stop
+
+    def advance(self, now):
+        """Runs the device up to `now`; the items that finished, in order."""
+        finished = []
+        while True:
+            context, end = self._decide()
+            if context is None:
+                self.now = max(self.now, now)
+                return finished
+            if context != self.active:
+                self.active = context
+                self.queues.move_to_end(context)  # Last in the turns.
+            self.slice_end = end
+            item = self.queues[context][0]
+            stop = self.now + item[1]
+            if self._others(context):
+                stop = min(stop, end)
+            stop = min(stop, max(now, self.now))
+            ran = stop - self.now
+            self.busy[item[0]] += ran
+            item[1] -= ran
+            self.now = stop
+            if item[1] <= self.EPS:
+                self.queues[context].popleft()
+                self.items[item[0]] += 1
+                finished.append(item)
+            elif stop >= now:
+                return finished
 
 
 class SerialDevice:
-    """One compute stream: `submit(kind, ms)` queues a work item; items run
-    one at a time in submission order, each for its time. Returns a
-    `threading.Event` set when the item has run. Counts busy seconds and
-    items per kind, and appends the counters to `trace` as JSON lines."""
+    """The simulated GPU in real time: `submit(kind, ms, context)` queues a
+    work item and returns a `threading.Event` set when it has run; a
+    `Scheduler` decides the order (first in, first out within a context,
+    contexts time-sliced by `slice_ms`). Counts busy seconds and items per
+    kind, and appends the counters to `trace` as JSON lines."""
 
-    def __init__(self, trace='', trace_every=0.5):
-        self._queue = collections.deque()
+    def __init__(self, trace='', trace_every=0.5, slice_ms=1.0):
         self._cond = threading.Condition()
-        self._clock = 0.0  # When the device is free: the last item's end.
-        self.busy = collections.Counter()
-        self.items = collections.Counter()
+        self._scheduler = Scheduler(slice_ms / 1000)
+        # Device time 0 is this moment; an item that overslept ends on the
+        # device's own clock, so the busy time is the items' times.
+        self._origin = time.monotonic()
         self.extra = collections.Counter()  # Counters the agent adds.
         self._trace, self._trace_every = trace, trace_every
         self._closed = False
@@ -77,41 +177,48 @@ class SerialDevice:
                 target=self._write_trace, name='simulated_gpu_trace',
                 daemon=True).start()
 
-    def submit(self, kind, ms):
+    @property
+    def busy(self):
+        return self._scheduler.busy
+
+    @property
+    def items(self):
+        return self._scheduler.items
+
+    def _now(self):
+        return time.monotonic() - self._origin
+
+    def submit(self, kind, ms, context=0):
         done = threading.Event()
         with self._cond:
-            self._queue.append((kind, ms / 1000, done))
+            item, finished = self._scheduler.submit(
+                context, kind, ms / 1000, self._now())
+            item[2] = done
+            self._finish(finished + self._scheduler.advance(self._now()))
             self._cond.notify()
         return done
 
-    def run(self, kind, ms):
-        """Submits an item and waits for it and everything before it."""
-        self.submit(kind, ms).wait()
+    def run(self, kind, ms, context=0):
+        """Submits an item and waits for it and everything before it in its
+        context."""
+        self.submit(kind, ms, context).wait()
 
     def count(self, **values):
         with self._cond:
             self.extra.update(values)
 
+    def _finish(self, items):
+        for item in items:
+            item[2].set()
+
     def _run(self):
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                kind, seconds, done = self._queue.popleft()
-            # Items end on the device's own clock: an oversleep of one item
-            # is taken from the next one that was already waiting, so the
-            # busy time is the items' times, not the sleeps'.
-            start = max(time.monotonic(), self._clock)
-            self._clock = start + seconds
-            delay = self._clock - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            with self._cond:
-                self.busy[kind] += seconds
-                self.items[kind] += 1
-            done.set()
+        with self._cond:
+            while not self._closed:
+                self._finish(self._scheduler.advance(self._now()))
+                end = self._scheduler.next_event()
+                timeout = None if end is None else max(0.0, end - self._now())
+                if timeout is None or timeout > 0:
+                    self._cond.wait(timeout)
 
     def snapshot(self):
         with self._cond:
@@ -129,6 +236,141 @@ class SerialDevice:
         with self._cond:
             self._closed = True
             self._cond.notify()
+        server = getattr(self, 'server', None)
+        if server is not None:
+            server.listener.close()
+
+
+class DeviceServer:
+    """Serves a `SerialDevice` to other processes at the Unix socket
+    `path`: each connection is one more context (a process's stream).
+    Requests: ('run', kind, ms) answered once the item ran, ('count',
+    values) not answered."""
+
+    def __init__(self, device, listener):
+        self.device, self.listener = device, listener
+        self._contexts = 0
+        threading.Thread(target=self._accept, name='simulated_gpu_server',
+                         daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn = self.listener.accept()
+            except OSError:
+                return
+            self._contexts += 1
+            threading.Thread(
+                target=self._serve, args=(conn, f'process{self._contexts}'),
+                daemon=True).start()
+
+    def _serve(self, conn, context):
+        try:
+            while True:
+                request = conn.recv()
+                if request[0] == 'run':
+                    self.device.run(request[1], request[2], context)
+                    conn.send(True)
+                else:
+                    self.device.count(**request[1])
+        except (EOFError, OSError):
+            conn.close()
+
+
+class RemoteDevice:
+    """A `SerialDevice` of another process (its `DeviceServer`), as a
+    context of its own: one connection, whose requests from this process's
+    threads queue in order, as the programs of one process do on its one
+    stream."""
+
+    def __init__(self, path):
+        self.path = path
+        self._lock = threading.Lock()
+        self._conn = None
+
+    def _connection(self):
+        from multiprocessing import connection
+        with self._lock:
+            if self._conn is None:
+                self._conn = connection.Client(self.path, 'AF_UNIX')
+            return self._conn
+
+    def run(self, kind, ms, context=0):
+        conn = self._connection()
+        with self._lock:  # One request at a time: the stream's order.
+            conn.send(('run', kind, ms))
+            conn.recv()
+
+    def count(self, **values):
+        conn = self._connection()
+        with self._lock:
+            conn.send(('count', values))
+
+    def close(self):
+        if self._conn is not None:
+            self._conn.close()
+
+
+def shared_device(options):
+    """The device of this process's agent: with the option `device_socket`
+    the first process to bind that path makes the device and serves it, and
+    others use it as contexts of their own (`RemoteDevice`); without it, a
+    device of its own. Returns (device, whether it is remote)."""
+    path = options['device_socket']
+    local = lambda: SerialDevice(
+        options['trace'], options['trace_every'], options['slice_ms'])
+    if not path:
+        return local(), False
+    from multiprocessing import connection
+    try:
+        listener = connection.Listener(path, 'AF_UNIX')
+    except OSError:  # Another process serves it.
+        return RemoteDevice(path), True
+    device = local()
+    device.server = DeviceServer(device, listener)
+    return device, False
+
+
+def probe(train_ms, policy_ms, policy_device_ms, slice_ms, calls=200,
+          warmup=20, jitter=0.5, seed=0):
+    """The policy probe of `gpu_check` on the model, in device time: one
+    process trains back to back (two updates always queued) while another
+    calls the policy back to back. A call takes `policy_ms` alone:
+    `policy_device_ms` on the device in its process's context, between two
+    equal host parts (launch; reading the actions back), each varying by
+    +-`jitter` of itself (uniform, seeded), so that calls reach the device
+    at any point of its slices, as real ones do. Returns the policy's p50
+    and p95 ms and the learner's rate as % of standalone, over `calls`
+    calls after `warmup`."""
+    import random
+    rng = random.Random(seed)
+    scheduler = Scheduler(slice_ms / 1000)
+    half = (policy_ms - policy_device_ms) / 2000
+    host = lambda: half * rng.uniform(1 - jitter, 1 + jitter)
+    for _ in range(2):
+        scheduler.submit('learner', 'train', train_ms / 1000, 0.0)
+    latencies, start, busy0, time0 = [], 0.0, 0.0, 0.0
+    launched, returned = host(), None  # When the host parts end.
+    while len(latencies) < warmup + calls:
+        now = min(e for e in (scheduler.next_event(), launched, returned)
+                  if e is not None)
+        for item in scheduler.advance(now):
+            if item[0] == 'train':
+                scheduler.submit('learner', 'train', train_ms / 1000, now)
+            else:
+                returned = now + host()
+        if launched is not None and now >= launched - Scheduler.EPS:
+            launched = None
+            scheduler.submit('policy', 'policy', policy_device_ms / 1000, now)
+        if returned is not None and now >= returned - Scheduler.EPS:
+            latencies.append(now - start)
+            if len(latencies) == warmup:
+                busy0, time0 = scheduler.busy['train'], now
+            start, launched, returned = now, now + host(), None
+    timed = sorted(latencies[warmup:])
+    pick = lambda q: 1000 * timed[min(len(timed) - 1, int(q * len(timed)))]
+    learner = 100 * (scheduler.busy['train'] - busy0) / (now - time0)
+    return dict(p50=pick(0.5), p95=pick(0.95), learner=learner)
 
 
 def _options():
@@ -154,8 +396,7 @@ def _make_agent_class():
         def __init__(self, obs_space, act_space, config):
             super().__init__(obs_space, act_space, config)
             self.options = _options()
-            self.device = SerialDevice(
-                self.options['trace'], self.options['trace_every'])
+            self.device, self.remote = shared_device(self.options)
             self._updates = 0
             self._acting_version = 0
             self._copy = None  # (version, done) of the copy on its way.
@@ -166,6 +407,15 @@ def _make_agent_class():
             start = time.monotonic()
             if self.options['host_policy_ms'] > 0:
                 time.sleep(self.options['host_policy_ms'] / 1000)
+            elif self.remote:
+                # A process of its own: the host's part of the call runs
+                # beside the other process's programs.
+                total = self._policy_ms(rows)
+                device = total * self.options['policy_device_ms'] / (
+                    self.options['policy_ms'])
+                time.sleep((total - device) / 2000)
+                self.device.run('policy', device)
+                time.sleep((total - device) / 2000)
             else:
                 self.device.run('policy', self._policy_ms(rows))
             waited = time.monotonic() - start

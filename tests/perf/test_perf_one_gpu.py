@@ -235,3 +235,89 @@ def test_a_split_update_lets_a_policy_call_run_between_its_programs(
     finally:
         agent.close()
 
+
+
+def test_one_context_runs_first_in_first_out_two_take_turns_in_slices():
+    scheduler = simulated_gpu.Scheduler(slice_s=1.0)
+    train, _ = scheduler.submit('learner', 'train', 10.0, 0.0)
+    scheduler.submit('learner', 'report', 1.0, 0.0)
+    # Alone, the learner keeps the device across slices.
+    assert scheduler.advance(2.5) == [] and train[1] == 7.5
+    policy, _ = scheduler.submit('policy', 'policy', 0.25, 2.5)
+    # The policy waits for the end of the slice (3.0), then runs at once.
+    assert scheduler.next_event() == 3.0
+    assert scheduler.advance(3.25) == [policy]
+    # Back to the learner: its update, then its report, in order.
+    finished = scheduler.advance(20.0)
+    assert [item[0] for item in finished] == ['train', 'report']
+    assert scheduler.busy == {'train': 10.0, 'report': 1.0, 'policy': 0.25}
+    assert scheduler.now == 20.0 and scheduler.next_event() is None
+
+
+def test_a_context_without_work_hands_the_device_over_at_once():
+    scheduler = simulated_gpu.Scheduler(slice_s=1.0)
+    scheduler.submit('learner', 'train', 5.0, 0.0)
+    policy, _ = scheduler.submit('policy', 'policy', 0.25, 0.5)
+    scheduler.submit('policy', 'policy', 0.25, 0.5)
+    # At 1.0 the policy's two calls run back to back (0.5 s, within its
+    # slice), then the learner goes on at 1.5.
+    finished = scheduler.advance(1.5)
+    assert [item[0] for item in finished] == ['policy', 'policy']
+    assert scheduler.busy['train'] == 1.0
+    assert scheduler.advance(6.0)[0][0] == 'train'
+    assert scheduler.now == 6.0
+
+
+def test_the_model_reproduces_the_h200_probe():
+    """Calibration: a policy process beside a learner training back to back
+    (docs/benchmarks.md, One GPU: p50 2.66 ms, the learner at 91%)."""
+    figures = simulated_gpu.probe(
+        train_ms=49, policy_ms=2.1, policy_device_ms=0.24, slice_ms=1.1,
+        calls=2000)
+    assert figures['p50'] == pytest.approx(2.66, abs=0.05)
+    assert figures['learner'] == pytest.approx(91, abs=0.5)
+
+
+def test_a_second_process_is_a_context_of_its_own(tmp_path, monkeypatch):
+    """With `device_socket`, the first agent's process serves its device;
+    another process's policy runs there as a second context, in the next
+    slice, not behind the first one's update."""
+    socket = str(tmp_path / 'device')
+    agent, env = make_agent(
+        monkeypatch, train_ms=3000, policy_ms=20, policy_device_ms=4,
+        slice_ms=10, device_socket=socket)
+    code = (
+        'import sys, time\n'
+        'from simulated_gpu import RemoteDevice\n'
+        f'device = RemoteDevice({socket!r})\n'
+        'device._connection()\n'
+        'print("ready", flush=True)\n'
+        'sys.stdin.readline()\n'
+        'start = time.monotonic()\n'
+        'device.run("policy", 4)\n'
+        'print(time.monotonic() - start, flush=True)\n')
+    hook = tmp_path / 'hook'
+    hook.mkdir()
+    (hook / 'simulated_gpu.py').write_text(
+        pathlib.Path(simulated_gpu.__file__).read_text())
+    other = subprocess.Popen(
+        [sys.executable, '-c', code], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True,
+        env={**os.environ, 'PYTHONPATH': str(hook)})
+    try:
+        assert not agent.remote
+        assert other.stdout.readline().strip() == 'ready'
+        data = batch_of(env, 2, 3)
+        _, _, metrics = agent.train(agent.init_train(2), data)
+        other.stdin.write('go\n')
+        other.stdin.flush()
+        waited = float(other.stdout.readline())
+        assert not metrics._done.is_set()  # The update still runs.
+        assert waited < 1.5  # Not behind the 3-s update.
+        agent.device.run('marker', 0)  # After the update and its copy.
+        assert agent.device.snapshot()['items'] == {
+            'train': 1, 'copy': 1, 'policy': 1, 'marker': 1}
+    finally:
+        other.kill()
+        other.wait()
+        agent.close()
