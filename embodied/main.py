@@ -27,12 +27,14 @@ from embodied.core import diskfull
 from embodied.core import linewise
 from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
+from embodied.run import roles
 from embodied.run import validation
-from embodied.run import connections
+from embodied.run.parallel import connections
 
-SCRIPTS = (
-    'train', 'train_eval', 'eval_only', 'parallel', 'parallel_env',
-    'parallel_envs', 'parallel_replay')
+# The scripts: the single-process ones, the parallel launch, and those that
+# start one of its roles as a command of its own (`roles.TABLE`).
+SCRIPTS = ('train', 'train_eval', 'eval_only', 'parallel', *sorted(
+    script for role in roles.TABLE for script in role.scripts))
 
 REPLAY_SCRIPTS = ('train', 'train_eval', 'parallel', 'parallel_replay')
 

@@ -19,8 +19,9 @@ parallel role calls `resume_role` for its own.
 import elements
 
 from embodied.core import checkpoint as cplib
+from embodied.run import roles as roleslib
 
-ROLES = ('agent', 'replay', 'logger')
+ROLES = roleslib.SAVED  # The roles that save, by name.
 
 
 def directory(logdir, role, replica=None):

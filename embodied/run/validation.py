@@ -23,6 +23,7 @@ import re
 from embodied.core.errors import BadValue
 from embodied.rpc import addresses
 from embodied.run import replay_size
+from embodied.run import roles
 
 
 # key: (check, what is allowed). A clock with every 0 never fires and with a
@@ -69,7 +70,6 @@ _CHECKS = {
     'nonnegative_int': lambda x: _integer(x) and x >= 0,
 }
 
-ADDR_KEYS = ('actor_addr', 'replay_addr', 'logger_addr')
 
 
 def check_args(args):
@@ -87,7 +87,7 @@ def check_args(args):
             problems.append(_problem(
                 'run.actor_batch', batch,
                 'an integer >= 1, or -1 for half of run.envs'))
-    for key in ADDR_KEYS:
+    for key in roles.ADDR_KEYS:
         if key in args:
             problem = _address_problem(args[key])
             if problem:

@@ -9,7 +9,7 @@ import pytest
 
 from embodied import rpc
 from embodied.rpc import auth
-from embodied.run import connections
+from embodied.run.parallel import connections
 import launch
 from tests.run.parallel.test_parallel import progress_step, run_to_end
 from tests.run.parallel.test_faults import FAST, wait_first_step

@@ -4,7 +4,7 @@ import numpy as np
 
 from embodied.core import checkpoint as cplib
 from embodied.core import replay as replaylib
-from embodied.run import replay_files
+from embodied.run.parallel import replay_files
 
 
 def make_replay(directory):

@@ -33,7 +33,7 @@ import numpy as np
 from embodied import rpc
 from embodied.core import checks
 from embodied.run import arguments
-from embodied.run import connections
+from embodied.run.parallel import connections
 from embodied.run.parallel.link import link_of
 
 
@@ -171,7 +171,7 @@ def parallel_actor(agent, barrier, args, control=None):
     try:
         actor = ActorRole(agent, args, replay, logger, link.shutdown)
         server = connections.server(
-            args, 'actor', 'Actor', flush_after=args.actor_flush)
+            args, 'agent', 'Actor', flush_after=args.actor_flush)
         try:
             connections.bind_role(server, actor, act=dict(
                 workfn=actor.act, postfn=actor.send, batch=args.actor_batch,

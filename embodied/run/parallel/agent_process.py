@@ -25,7 +25,8 @@ import time
 
 from embodied import rpc
 from embodied.run import arguments
-from embodied.run import connections
+from embodied.run import roles
+from embodied.run.parallel import connections
 from embodied.run.parallel import lifecycle
 from embodied.run.parallel.actor import parallel_actor
 from embodied.run.parallel.learner import parallel_learner
@@ -84,7 +85,7 @@ class AgentControl(lifecycle.RoleControl):
     stop reply), 'exit' (ends the actor's server and thread)."""
 
     ROLE = 'agent'
-    STAGES = ('learner', 'envs', 'exit')
+    STAGES = roles.stage_names(ROLE)
 
     def __init__(self, link, args):
         self.link = link

@@ -35,7 +35,7 @@ from embodied.rpc.supervisor import (
 from embodied.run import arguments
 from embodied.run import learning
 from embodied.run import stopping
-from embodied.run import connections
+from embodied.run.parallel import connections
 
 FATAL = (EXIT_ENV_INIT, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_REFUSED)
 # Exit codes of a worker that gave up on the actor, and why.
@@ -267,7 +267,7 @@ class EnvWorker:
         if self.separate:
             timeout = args.connect_timeout
         else:
-            timeout = connections.connect_timeout(args, 'actor')
+            timeout = connections.connect_timeout(args, 'agent')
             timeout = timeout and 2 * timeout
         # A launch's workers wait quietly for the actor at first: the
         # launcher prints one line for all of them while the agent builds.

@@ -43,7 +43,7 @@ from embodied import rpc
 from embodied.run import arguments
 from embodied.run import learning
 from embodied.run import saving
-from embodied.run import connections
+from embodied.run.parallel import connections
 from embodied.run.parallel.learner_replicas import ReplicaSync
 from embodied.run.parallel.link import link_of
 from embodied.run.learning import prefix

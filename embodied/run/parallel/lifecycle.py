@@ -19,19 +19,20 @@ further launcher method, outside the protocol: the launcher's bookkeeping
 of a crashed env worker.
 """
 
-from embodied.run import connections
+from embodied.run import roles
+from embodied.run.parallel import connections
 
 CONTROL = ('status', 'quiesce', 'save', 'resume', 'stop')
 
 
 class RoleControl:
     """A role's side of the protocol. Subclasses name their `ROLE` and stop
-    `STAGES` and give each stage a method `_stop_<stage>`; `RPC` holds the
+    `STAGES` (from `roles.TABLE`) and give each stage a method `_stop_<stage>`; `RPC` holds the
     protocol's methods, called by the launcher (a role with data methods
     adds its own entries to it)."""
 
-    ROLE = 'role'
-    STAGES = ()  # The stop stages, in the launcher's order.
+    ROLE = 'role'  # Its name in `roles.TABLE`.
+    STAGES = ()  # Its stop stages: `roles.stage_names(ROLE)`.
     RPC = dict.fromkeys(CONTROL, connections.LAUNCHER)
 
     def status(self):
@@ -60,8 +61,8 @@ class EnvGroup(RoleControl):
     in the launcher's process. The workers keep no state to save; `act`
     paused at the agent holds them back for a save."""
 
-    ROLE = 'env group'
-    STAGES = ('restarts', 'exit')
+    ROLE = 'envs'
+    STAGES = roles.stage_names(ROLE)
 
     def __init__(self, pool, exit_timeout=10):
         self.pool = pool

@@ -25,7 +25,8 @@ import embodied
 from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import saving
-from embodied.run import connections
+from embodied.run import roles
+from embodied.run.parallel import connections
 from embodied.run.parallel import lifecycle
 
 
@@ -38,7 +39,7 @@ class LoggerRole(lifecycle.RoleControl):
     Nothing to quiesce: transitions in flight are the actor's."""
 
     ROLE = 'logger'
-    STAGES = ('exit',)
+    STAGES = roles.stage_names(ROLE)
     RPC = {  # Its RPC methods: who calls each.
         'tran': 'actor', 'add': 'learner, replay',
         'replica_steps': 'learner (several replicas)',

@@ -8,9 +8,11 @@ import shlex
 import sys
 
 from embodied.rpc import auth
+from embodied.run import roles
 
-SCRIPTS = {'remote_envs': 'parallel_envs', 'remote_replay': 'parallel_replay'}
-_DROPPED = ('--run.remote_envs', '--run.remote_replay')
+# The command that starts each separately started role, by its flag.
+SCRIPTS = {flag: role.scripts[0] for flag, role in roles.SEPARATE.items()}
+_DROPPED = tuple(f'--run.{flag}' for flag in roles.SEPARATE)
 
 
 def secret_origin(args):

@@ -27,10 +27,11 @@ from embodied import rpc
 from embodied.core import limiters
 from embodied.core import replay as replaylib
 from embodied.run import arguments
-from embodied.run import replay_files
+from embodied.run import roles
+from embodied.run.parallel import replay_files
 from embodied.run import learning
 from embodied.run import saving
-from embodied.run import connections
+from embodied.run.parallel import connections
 from embodied.run.parallel import lifecycle
 from embodied.run.learning import prefix
 
@@ -44,7 +45,7 @@ class ReplayRole(lifecycle.RoleControl):
     'release' (every wait ends), 'exit'."""
 
     ROLE = 'replay'
-    STAGES = ('release', 'exit')
+    STAGES = roles.stage_names(ROLE)
     RPC = {  # Its RPC methods: who calls each.
         'add_batch': 'actor', 'sample_batch_train': 'learner',
         'sample_batch_report': 'learner', 'sample_batch_eval': 'learner',

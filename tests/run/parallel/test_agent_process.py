@@ -1,8 +1,6 @@
 """The agent process's control methods and what its threads share,
 in-process: a server that is bound but never started, no subprocesses."""
 
-import ast
-import pathlib
 import threading
 
 import helpers
@@ -10,13 +8,10 @@ import pytest
 
 from embodied import rpc
 from embodied.run import arguments
-from embodied.run import connections
+from embodied.run.parallel import connections
 from embodied.run.parallel import link as linklib
 from embodied.run.parallel.agent_process import AgentControl
-from embodied.run.parallel import launcher as launcherlib
 from embodied.run.parallel import lifecycle
-from embodied.run.parallel.logger_server import LoggerRole
-from embodied.run.parallel.replay_server import ReplayRole
 
 from .test_actor_role import make_actor, obs
 
@@ -37,53 +32,9 @@ def control():
     server.close()
 
 
-def launcher_calls(role):
-    """The control calls the launcher (launcher.py) makes on `role`:
-    (method, stop stage or None)."""
-    tree = ast.parse(pathlib.Path(launcherlib.__file__).read_text())
-    calls = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or not node.args:
-            continue
-        func = node.func
-        if not isinstance(func, ast.Attribute):
-            continue
-        consts = [a.value for a in node.args if isinstance(a, ast.Constant)]
-        if func.attr in ('_call', '_try_call') and consts[:1] == [role]:
-            consts = consts[1:]  # self._call('actor', 'stop', 'learner')
-        elif func.attr == '_stop_role' and consts == [role]:
-            consts = ['stop', 'exit']
-        elif func.attr == 'call' and isinstance(func.value, ast.Subscript):
-            # self.clients['actor'].call(...), or self.clients[role].call(
-            # 'save', step) for each role.
-            key = func.value.slice
-            if isinstance(key, ast.Constant) and key.value != role:
-                continue
-        else:
-            continue
-        if consts:
-            stage = consts[1] if consts[0] == 'stop' else None
-            calls.add((consts[0], stage))
-    return calls
-
-
-@pytest.mark.parametrize('role, cls', [
-    ('actor', AgentControl), ('replay', ReplayRole), ('logger', LoggerRole)])
-def test_the_launcher_calls_only_declared_methods_and_stages(role, cls):
-    calls = launcher_calls(role)
-    assert {('status', None), ('save', None), ('stop', 'exit')} <= calls
-    methods = {method for method, _ in calls}
-    assert methods <= set(lifecycle.CONTROL) | {'abandon'}
-    assert methods <= set(cls.RPC)
-    stages = {stage for _, stage in calls if stage}
-    assert stages <= set(cls.STAGES), (stages, cls.STAGES)
-
-
 def test_the_agent_serves_act_and_the_control_protocol(control):
-    calls = launcher_calls('actor')
-    assert {('quiesce', None), ('resume', None), ('stop', 'learner'),
-            ('stop', 'envs')} <= calls
-    assert {stage for _, stage in calls if stage} == set(AgentControl.STAGES)
+    # The launcher calls the stages of `roles.TABLE` (test_launcher.py
+    # follows its calls in order; test_rpc_table.py checks the stages).
     assert set(control.server.methods) == {'act', *lifecycle.CONTROL}
     assert set(AgentControl.RPC) == set(lifecycle.CONTROL)
 

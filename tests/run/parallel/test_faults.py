@@ -206,7 +206,7 @@ def test_sigkilled_replay_ends_run_and_survivors_save(tmp_path):
     assert code != 0
     assert ("Ending the run: Worker 'Replay' ended unexpectedly (killed by "
             "SIGKILL, exit code -9)") in output
-    saved = re.search(r'Saving what is left at step (\d+): logger, actor',
+    saved = re.search(r'Saving what is left at step (\d+): agent, logger',
                       output)
     assert saved, output[-3000:]
     step = int(saved.group(1))

@@ -38,7 +38,7 @@ class FakeClient:
             return Reply({'step': STEP, 'run_step': STEP, 'score': 1.0,
                           'env_steps': STEP} if self.role == 'logger' else {})
         if method == 'quiesce':
-            return Reply(self.drained() if self.role == 'actor' else True)
+            return Reply(self.drained() if self.role == 'agent' else True)
         return Reply(args[0] if method == 'save' else True)
 
     def close(self, timeout):
@@ -95,9 +95,9 @@ def make_launcher(tmp_path, drained=lambda: True):
     launcher = launcherlib.Launcher(factories, args)
     log = []
     launcher.clients = {role: FakeClient(role, log, drained)
-                        for role in ('actor', 'replay', 'logger')}
+                        for role in ('agent', 'replay', 'logger')}
     launcher.group = rpc.Supervisor()
-    for name, role in (('Agent', 'actor'), ('Logger', 'logger'),
+    for name, role in (('Agent', 'agent'), ('Logger', 'logger'),
                        ('Replay', 'replay')):
         launcher.group.add(FakeWorker(name, role, log))
     launcher.envs = FakePool(log)
@@ -109,9 +109,10 @@ def control(log):
     return [call for call in log if call[1] != 'status']
 
 
-SAVE = [('replay', 'save', STEP), ('logger', 'save', STEP),
-        ('actor', 'save', STEP)]
-QUIESCE = [('actor', 'quiesce'), ('replay', 'quiesce'), ('actor', 'quiesce')]
+SAVE = [('agent', 'save', STEP), ('replay', 'save', STEP),
+        ('logger', 'save', STEP)]
+QUIESCE = [('agent', 'quiesce'), ('replay', 'quiesce'), ('logger', 'quiesce')]
+RESUME = [('logger', 'resume'), ('replay', 'resume'), ('agent', 'resume')]
 
 
 def test_a_stop_drains_saves_and_ends_the_roles_in_order(tmp_path, capsys):
@@ -123,10 +124,10 @@ def test_a_stop_drains_saves_and_ends_the_roles_in_order(tmp_path, capsys):
         State.STOPPING, State.STOPPED]
     assert control(log) == [
         ('envs', 'stopping'), *QUIESCE,
-        ('actor', 'stop', 'learner'), ('replay', 'stop', 'release'),
+        ('agent', 'stop', 'learner'), ('replay', 'stop', 'release'),
         *QUIESCE, *SAVE,
-        ('actor', 'stop', 'envs'), ('envs', 'wait'),
-        ('actor', 'stop', 'exit'), ('replay', 'stop', 'exit'),
+        ('agent', 'stop', 'envs'), ('envs', 'wait'),
+        ('agent', 'stop', 'exit'), ('replay', 'stop', 'exit'),
         ('logger', 'stop', 'exit')]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f'Test stop at step {STEP}: saving and stopping.'
@@ -143,7 +144,7 @@ def test_a_save_drains_saves_and_runs_on(tmp_path):
     assert launcher.states[1:] == [
         State.RUNNING, State.DRAINING, State.SAVING, State.RUNNING]
     assert control(log) == [
-        *QUIESCE, *SAVE, ('replay', 'resume'), ('actor', 'resume')]
+        *QUIESCE, *SAVE, *RESUME]
 
 
 def test_a_save_whose_transitions_do_not_arrive_is_skipped(tmp_path, capsys):
@@ -153,7 +154,7 @@ def test_a_save_whose_transitions_do_not_arrive_is_skipped(tmp_path, capsys):
     assert launcher.states[1:] == [
         State.RUNNING, State.DRAINING, State.RUNNING]
     assert not [call for call in log if call[1] == 'save']
-    assert control(log)[-2:] == [('replay', 'resume'), ('actor', 'resume')]
+    assert control(log)[-3:] == RESUME
     assert 'Skipping this save' in capsys.readouterr().out
 
 
@@ -164,8 +165,21 @@ def test_a_dead_replay_leaves_the_others_to_save_and_the_agent_to_exit(
     launcher._fail(rpc.WorkerFailed('Replay', 1))
     assert launcher.state == State.FAILED
     assert control(log) == [
-        ('actor', 'quiesce'), ('logger', 'save', STEP),
-        ('actor', 'save', STEP), ('actor', 'stop', 'exit')]
+        ('agent', 'quiesce'), ('logger', 'quiesce'), ('agent', 'save', STEP),
+        ('logger', 'save', STEP), ('agent', 'stop', 'exit')]
+
+
+def test_a_full_disk_ends_the_roles_in_the_stops_order_without_saving(
+        tmp_path):
+    launcher, log = make_launcher(tmp_path)
+    launcher._enter(State.RUNNING)
+    launcher._end_unsaved()
+    assert control(log) == [
+        ('envs', 'stopping'),
+        ('agent', 'stop', 'learner'), ('replay', 'stop', 'release'),
+        ('agent', 'stop', 'envs'), ('envs', 'wait'),
+        ('agent', 'stop', 'exit'), ('replay', 'stop', 'exit'),
+        ('logger', 'stop', 'exit')]
 
 
 def test_only_the_named_transitions_are_allowed(tmp_path):

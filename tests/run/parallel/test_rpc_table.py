@@ -3,8 +3,9 @@ binds exactly those, the launcher's ones as control methods, and the table
 in docs/parallel.md is the one the declarations give."""
 
 import launch
-from embodied.run import connections
+from embodied.run.parallel import connections
 from embodied.run import parallel
+from embodied.run import roles
 
 
 class RecordingServer:
@@ -37,15 +38,20 @@ def test_bind_role_binds_each_declared_method_launcher_ones_as_control():
     assert server.bound['shutdown'] == (stop, True, {})
 
 
+def servers():
+    """(role, class) of every class a role's server serves."""
+    return [(role, cls) for role in roles.SERVED for cls in role.classes()]
+
+
 def test_every_declared_method_exists_on_its_role():
-    for _, _, cls in parallel.SERVERS:
+    for _, cls in servers():
         for method in cls.RPC:
             assert hasattr(cls, method), (cls, method)
 
 
 def test_every_role_serves_the_control_protocol_to_the_launcher():
     from embodied.run.parallel import lifecycle
-    for _, role, cls in parallel.SERVERS:
+    for role, cls in servers():
         if cls is parallel.ActorRole:
             continue  # `act` only; the agent's control shares its server.
         served = {m for m, caller in cls.RPC.items()
@@ -56,6 +62,36 @@ def test_every_role_serves_the_control_protocol_to_the_launcher():
             hasattr(cls, f'_stop_{stage}') for stage in cls.STAGES), role
 
 
-def test_docs_show_the_declared_table():
+def test_each_role_class_has_the_tables_name_and_stop_stages():
+    from embodied.run.parallel import lifecycle
+    controls = [(role, cls) for role, cls in servers()
+                if issubclass(cls, lifecycle.RoleControl)]
+    controls.append((roles.ROLES['envs'], lifecycle.EnvGroup))
+    assert {role.name for role, _ in controls} == set(roles.ROLES)
+    for role, cls in controls:
+        assert cls.ROLE == role.name
+        assert cls.STAGES == tuple(stage for stage, _ in role.stop)
+        assert all(phase in roles.PHASES for _, phase in role.stop)
+
+
+def test_the_table_names_each_role_once_and_derives_the_rest():
+    assert len(roles.ROLES) == len(roles.TABLE)
+    assert roles.ADDR_KEYS == ('actor_addr', 'replay_addr', 'logger_addr')
+    assert roles.SAVED == ('agent', 'replay', 'logger')
+    from embodied.run import saving
+    from embodied.run import validation
+    from embodied.run.parallel import remote_roles
+    assert saving.ROLES == roles.SAVED
+    assert remote_roles.SCRIPTS == {
+        'remote_replay': 'parallel_replay', 'remote_envs': 'parallel_envs'}
+    import embodied.main
+    for role in roles.TABLE:
+        assert role.entry is None or callable(role.function())
+        assert set(role.scripts) <= set(embodied.main.SCRIPTS)
+    del validation  # Its address checks read roles.ADDR_KEYS.
+
+
+def test_docs_show_the_declared_tables():
     text = (launch.ROOT / 'docs' / 'parallel.md').read_text()
     assert parallel.rpc_table() in text
+    assert parallel.roles_table() in text

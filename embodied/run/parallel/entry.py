@@ -28,13 +28,13 @@ import sys
 from embodied import rpc
 from embodied.run import arguments
 from embodied.run import ending
+from embodied.run import roles
 from embodied.run import saving
 from embodied.run import validation
-from embodied.run import connections
+from embodied.run.parallel import connections
 from embodied.run.parallel import launcher
 from embodied.run.parallel import remote_roles
 
-ADDR_KEYS = ('actor_addr', 'replay_addr', 'logger_addr')
 PORT_ATTEMPTS = 3
 
 
@@ -62,10 +62,10 @@ def combined(
         args = args.update(secret=creds.for_workers().encode())
     if args.get('from_checkpoint') and saving.resume_tag(args.logdir, report=False) is None:
         saving.agent_save_folder(args.from_checkpoint)
-    auto = any('{auto}' in str(args[k]) for k in ADDR_KEYS)
+    auto = any('{auto}' in str(args[k]) for k in roles.ADDR_KEYS)
     for attempt in range(PORT_ATTEMPTS):
         filled = rpc.addresses.fill_auto(
-            {k: args[k] for k in ADDR_KEYS}, connections.ipv6(args),
+            {k: args[k] for k in roles.ADDR_KEYS}, connections.ipv6(args),
             avoid=_coordinator_port(args))
         launch = launcher.Launcher(
             factories, args.update(filled),

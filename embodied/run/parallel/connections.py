@@ -11,6 +11,7 @@ import portal
 
 from embodied import rpc
 from embodied.rpc import auth as authlib
+from embodied.run import roles
 from embodied.run import replay_size
 
 STOP_KEY = '__stop__'       # in an act reply: the env worker should exit
@@ -43,10 +44,10 @@ def handshake(args, control=False):
 
 
 def server(args, role, name, **kwargs):
-    """The RPC server of `role` ('actor', 'replay', 'logger') at its
-    address, with the run's credentials and frame limit."""
+    """The RPC server of `role` (a name of `roles.TABLE`) at its address,
+    with the run's credentials and frame limit."""
     return rpc.Server(
-        args[f'{role}_addr'], name, ipv6=ipv6(args), auth=credentials(args),
+        args[roles.addr_key(role)], name, ipv6=ipv6(args), auth=credentials(args),
         max_frame=args.get('max_frame') or DEFAULT_MAX_FRAME, **kwargs)
 
 
@@ -76,8 +77,12 @@ def frame_limit(config, spaces):
     return int(max(MIN_MAX_FRAME, 4 * rows * step))
 
 
-# The roles whose `run.remote_*` flag says they run elsewhere.
-REMOTE_FLAGS = {'replay': 'remote_replay', 'actor': 'remote_envs'}
+# The roles whose server is reached from elsewhere when a `run.remote_*`
+# flag is set: a separately started role's own, and the agent's when its
+# callers, the env workers, are started apart.
+REMOTE_FLAGS = {
+    **{role.name: role.separate for role in roles.SERVED if role.separate},
+    'agent': roles.ROLES['envs'].separate}
 
 
 def is_remote(args, role):
@@ -86,7 +91,7 @@ def is_remote(args, role):
     other than this one's loopback."""
     if args.get(REMOTE_FLAGS.get(role, ''), False):
         return True
-    host, _ = rpc.addresses.split(args[f'{role}_addr'])
+    host, _ = rpc.addresses.split(args[roles.addr_key(role)])
     return host not in ('', 'localhost', 'ip6-localhost', '127.0.0.1', '::1')
 
 
@@ -105,7 +110,7 @@ def connect(args, role, name, separate=False, **kwargs):
     with a report every run.wait_report seconds while it waits."""
     timeout = args.connect_timeout if separate else connect_timeout(args, role)
     return rpc.connect(
-        args[f'{role}_addr'], name, timeout,
+        args[roles.addr_key(role)], name, timeout,
         report_every=args.wait_report, handshake=handshake(args),
         **kwargs)
 
