@@ -95,3 +95,13 @@ def test_docs_show_the_declared_tables():
     text = (launch.ROOT / 'docs' / 'parallel.md').read_text()
     assert parallel.rpc_table() in text
     assert parallel.roles_table() in text
+
+
+def test_every_run_key_the_table_names_has_a_default():
+    from embodied.run import arguments
+    defaults = arguments.defaults()
+    for role in roles.TABLE:
+        keys = [role.addr, role.separate,
+                role.process if isinstance(role.process, str) else None]
+        for key in filter(None, keys):
+            assert key in defaults, (role.name, key)
