@@ -14,6 +14,9 @@ import numpy as np
 
 import embodied
 from embodied.config import UsageError
+from embodied.envs import adapter
+from embodied.envs import checks
+from embodied.envs import own
 from embodied.run import arguments
 from embodied.run import replay_size
 
@@ -104,7 +107,7 @@ def _join_replicas(config):
 def make_logger(config):
     step = elements.Counter()
     logdir = config.logdir
-    suite = config.task.split('_', 1)[0]
+    suite = env_block(config)
     # The step written counts the env steps of every replica; only replica
     # 0 writes metrics files. In --script train the replicas step alike; in
     # --script parallel the logger adds up the replicas' steps (RunStep).
@@ -158,9 +161,46 @@ def make_replay(config, folder, mode='train'):
 
 
 def make_env(config, index, **overrides):
-    suite, task = config.task.split('_', 1)
-    ctor = _import(SUITES[suite])
-    kwargs = dict(config.env.get(suite, {}))
+    """Env `index` of the run: a suite's (`--task suite_task`) or your own
+    (`--task module:attr`, `embodied.envs.own`), checked and wrapped."""
+    if is_own_task(config.task):
+        kwargs = env_kwargs(config, own.BLOCK, index, overrides)
+        env = own.make(config.task, kwargs)
+    else:
+        suite, task = config.task.split('_', 1)
+        ctor = _import(SUITES[suite])
+        kwargs = env_kwargs(config, suite, index, overrides)
+        if suite == 'gym' and ':' in task:
+            # gymnasium's `module:EnvId`: your module registers the id.
+            own.import_module(
+                task.split(':')[0], config.task, f" (gymnasium's '{task}')")
+            env = own.call(ctor, config.task, (task,), kwargs,
+                           f"gymnasium.make('{task}')")
+        else:
+            try:
+                env = ctor(task, **kwargs)
+            except adapter.UnsupportedSpace as e:
+                raise UsageError(f'--task {config.task}: {e}') from None
+    checks.check(env, f'--task {config.task}')
+    return wrap_env(env, config)
+
+
+def is_own_task(task):
+    """Whether `--task` names your own env (`module:attr`) rather than a
+    suite of SUITES; the rule is in `embodied.envs.own`."""
+    return own.is_own(task, SUITES)
+
+
+def env_block(config):
+    """The name of the `env.<name>` block of the run's task."""
+    if is_own_task(config.task):
+        return own.BLOCK
+    return config.task.split('_', 1)[0]
+
+
+def env_kwargs(config, block, index, overrides):
+    """The keyword arguments of env `index` from `env.<block>`."""
+    kwargs = dict(config.env.get(block, {}))
     kwargs.update(overrides)
     if kwargs.pop('use_seed', False):
         # Replicas step envs of their own seeds (replica 0's are those of a
@@ -171,8 +211,7 @@ def make_env(config, index, **overrides):
         kwargs['seed'] = hash(key) % (2 ** 32 - 1)
     if kwargs.pop('use_logdir', False):
         kwargs['logdir'] = elements.Path(config.logdir) / f'env{index}'
-    env = ctor(task, **kwargs)
-    return wrap_env(env, config)
+    return kwargs
 
 
 def wrap_env(env, config):

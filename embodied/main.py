@@ -20,11 +20,12 @@ import embodied
 from embodied import config as configlib
 from embodied.config import UsageError
 from embodied.factories import (  # noqa: F401 (the original's names, here)
-    AGENTS, SUITES, agent_path, make_agent, make_args, make_env, make_logger,
-    make_replay, make_stream, replay_spaces, wrap_env)
+    AGENTS, SUITES, agent_path, is_own_task, make_agent, make_args, make_env,
+    make_logger, make_replay, make_stream, replay_spaces, wrap_env)
 from embodied import rpc
 from embodied.core import diskfull
 from embodied.core import linewise
+from embodied.envs import own
 from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
 from embodied.run import roles
@@ -51,6 +52,8 @@ def main(argv=None):
             if not config.run.max_frame:
                 config = config.update({
                     'run.max_frame': connections.frame_limit(config, spaces)})
+        elif ':' in config.task:  # A module of yours: built once to check.
+            make_env(config, 0).close()
     except (UsageError, replay_size.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
@@ -147,6 +150,7 @@ def parse(argv=None):
         config = configlib.build(parsed.configs, blocks)
     except (KeyError, TypeError, ValueError) as e:
         raise UsageError(_message(e)) from None
+    config = _add_own_env_keys(config, other)
     if wants_help:
         _print_help(config)
     config = _parse_flags(config, other)
@@ -171,6 +175,18 @@ def _print_help(config):
     except BrokenPipeError:  # `--help | head`
         sys.stdout = None
     sys.exit(0)
+
+
+def _add_own_env_keys(config, argv):
+    """With `--task module:attr`, the config with the `env.own` keys of
+    that factory (`embodied.envs.own`), so that flags can set them."""
+    try:
+        task = elements.Flags(task=config.task).parse_known(argv)[0].task
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(_message(e)) from None
+    if not is_own_task(task):
+        return config
+    return own.with_keys(config, task)
 
 
 def _parse_flags(config, argv):
@@ -200,12 +216,15 @@ def _check(config):
     if not config.random_agent:
         agent_path(config.agent_impl)
     suite = config.task.split('_', 1)[0]
-    if suite not in SUITES or '_' not in config.task:
+    if not is_own_task(config.task) and (
+            suite not in SUITES or '_' not in config.task):
         raise UsageError(
             f"Unknown --task '{config.task}': expected suite_task with a suite "
             f"in {', '.join(SUITES)} (e.g. cartpole_balance, dummy_disc, "
             f"gym_CartPole-v1, atari_pong, crafter_reward, "
-            f"dmc_walker_walk).")
+            f"dmc_walker_walk), your own env as module:attr (e.g. "
+            f"my_envs:Corridor) or gymnasium's id from your module as "
+            f"gym_module:EnvId (e.g. gym_my_envs:Corridor-v0).")
     try:
         validation.check_config(config, replays=config.script in REPLAY_SCRIPTS)
     except validation.BadValue as e:

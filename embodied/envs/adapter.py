@@ -10,6 +10,11 @@ from embodied.core import base
 RESERVED_OBS = ('reward', 'is_first', 'is_last', 'is_terminal')
 
 
+class UnsupportedSpace(TypeError, ValueError):
+    """An env's space that has no embodied equivalent, or a key that
+    embodied reserves; the message names the key and the space."""
+
+
 class Adapter(base.Env):
     """An `embodied.Env` over another API's env `self._env`, whose own keys
     are in `self._obs_space` and `self._act_space`; adds the step spaces

@@ -41,18 +41,18 @@ class FromDM(adapter.Adapter):
         obs_spec = dict(obs_spec) if self._obs_is_dict else {obs_key: obs_spec}
         act_spec = dict(act_spec) if self._act_is_dict else {act_key: act_spec}
         if 'reset' in act_spec:
-            raise ValueError(
+            raise adapter.UnsupportedSpace(
                 "FromDM: the env's action spec has a key 'reset', which "
                 "embodied reserves for starting an episode.")
         self._obs_names = {
             key: _obs_name(key) for key, spec in obs_spec.items()
             if int(np.prod(spec.shape)) > 0}
         self._obs_space = {
-            self._obs_names[key]: _convert(obs_spec[key])
+            self._obs_names[key]: _convert(obs_spec[key], key, 'observation')
             for key in self._obs_names}
         self._act_spec = act_spec
         self._act_space = {
-            key: _convert(spec)
+            key: _convert(spec, key, 'action')
             for key, spec in act_spec.items()}
 
     def step(self, action):
@@ -112,9 +112,14 @@ def _obs_name(key):
     return f'obs_{name}' if name in RESERVED_OBS else name
 
 
-def _convert(spec):
+def _convert(spec, key, role):
     """The `elements.Space` for a dm_env spec."""
     dtype = np.dtype(spec.dtype)
+    if dtype.kind not in 'biuf':
+        raise adapter.UnsupportedSpace(
+            f"FromDM: {role} '{key}' has a spec of dtype {dtype} "
+            f"({type(spec).__name__}), which has no embodied equivalent "
+            f"(supported: bool, integer and float arrays).")
     if hasattr(spec, 'num_values'):
         return elements.Space(np.int32, (), 0, int(spec.num_values))
     if np.issubdtype(dtype, np.floating):

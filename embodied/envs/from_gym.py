@@ -44,7 +44,7 @@ class FromGym(adapter.Adapter):
         self._gym_obs = self._flatten_space(env.observation_space, obs_key)
         self._gym_act = self._flatten_space(env.action_space, act_key)
         if 'reset' in self._gym_act:
-            raise ValueError(
+            raise adapter.UnsupportedSpace(
                 "FromGym: the env's action space has a key 'reset', which "
                 "embodied reserves for starting an episode.")
         self._obs_names = {
@@ -133,7 +133,7 @@ class FromGym(adapter.Adapter):
             return elements.Space(np.int32, space.shape, 0, 2)
         if isinstance(space, spaces.Box):
             return _convert_box(space)
-        raise TypeError(
+        raise adapter.UnsupportedSpace(
             f"FromGym: {role} '{key}' has a {type(space).__name__} space, "
             f"which has no embodied equivalent (supported: Box, Discrete, "
             f"MultiDiscrete, MultiBinary, Dict of these).")
@@ -171,7 +171,9 @@ def _convert_box(space):
         high = np.clip(
             space.high.astype(np.int64) + 1, info.min, info.max + 1)
         return elements.Space(target, space.shape, low, high)
-    raise TypeError(f'FromGym: unsupported Box dtype {dtype}.')
+    raise adapter.UnsupportedSpace(
+        f'FromGym: a Box space of dtype {dtype} has no embodied '
+        f'equivalent.')
 
 
 def _unflatten(flat):
