@@ -11,6 +11,7 @@ import pytest
 
 import helpers
 import launch
+from embodied import factories
 from embodied import main as mainlib
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings('ignore::DeprecationWarning')]
@@ -31,7 +32,8 @@ def make_agent(tmpdir, seed=0):
         jax=config.jax, batch_size=config.batch_size,
         batch_length=config.batch_length,
         replay_context=config.replay_context)
-    return mainlib._import(mainlib.agent_path(AGENT))(OBS, ACT, agent_config)
+    ctor = factories._import(factories.agent_path(AGENT))
+    return ctor(OBS, ACT, agent_config)
 
 
 def make_batch(B=8, T=12, seed=0):

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests.agents import test_original_dreamerv3 as original
+from embodied import factories
 from embodied import main as mainlib
 
 pytestmark = [
@@ -129,7 +130,7 @@ class Pair:
         # Before the original's agent is built: ninjax's name scope is
         # process-wide, and ours compiles train and report in the background.
         assert self.ours.wait_compiled(600, report=True)
-        self.theirs = mainlib._import('dreamerv3.agent:Agent')(
+        self.theirs = factories._import('dreamerv3.agent:Agent')(
             obs_space, ACT, config)
         self.initial = self.ours.save()
         self.their_initial = self.theirs.save()
