@@ -1,10 +1,10 @@
 """Compiled program size: what the GPU compiler sees of the agent's train
 and report programs, measured on a CPU-only machine.
 
-    python -m embodied.perf.compile_size                 # atari size12m
-    python -m embodied.perf.compile_size --configs debug
+    python -m devtools.compile_size                      # atari size12m
+    python -m devtools.compile_size --configs debug
     EMBODIED_ORIGINAL_DREAMERV3=/path/to/dreamerv3 \\
-        python -m embodied.perf.compile_size --markdown table.md
+        python -m devtools.compile_size --markdown table.md
 
 Setups, each built in a fresh subprocess on the CPU: `ours` (this base with
 our DreamerV3) and `ours+orig agent` (this base with the original's
@@ -41,9 +41,9 @@ import subprocess
 import sys
 import tempfile
 
-from embodied.perf import original
+from devtools import original
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROGRAMS = ('train', 'report')
 
 COLUMNS = (
@@ -396,7 +396,7 @@ def measure(paths, flags, scratch, texts=''):
         EMBODIED_JAX_CACHE='off', TMPDIR=work)
     flags = [*flags, '--logdir', str(pathlib.Path(work) / 'logdir')]
     result = subprocess.run(
-        [sys.executable, '-m', 'embodied.perf.compile_size', '--worker',
+        [sys.executable, '-m', 'devtools.compile_size', '--worker',
          json.dumps([flags, texts])],
         cwd=paths[0], env=env, capture_output=True, text=True, timeout=3600)
     lines = [x for x in result.stdout.splitlines() if x.startswith('RESULT ')]

@@ -1,7 +1,7 @@
 """Fault benchmark of the parallel runner: kills, damaged saves, hostile peers.
 
-    python -m embodied.perf.faults                   # every fault, a table
-    python -m embodied.perf.faults --only garbage sigterm --markdown t.md
+    python -m devtools.faults                        # every fault, a table
+    python -m devtools.faults --only garbage sigterm --markdown t.md
 
 Each fault runs the real command line (`--script parallel`, the numpy test
 agent, `--configs debug`, `dummy_disc`, 2 envs, every server on loopback
@@ -71,7 +71,7 @@ import time
 
 import psutil
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMON = (
     '--script', 'parallel', '--configs', 'debug', '--agent_impl', 'testing',
     '--task', 'dummy_disc', '--run.envs', '2', '--run.eval_envs', '0',
@@ -576,7 +576,7 @@ def fault_replica_killed(tmp, timeout, kills=20):
     CPU devices each, loopback), replica 1 SIGKILLed once both train; the
     survivor must exit non-zero within 60 s naming replica 1."""
     import collections
-    from embodied.perf import replicas
+    from devtools import replicas
     results = []
     for index in range(kills):
         folder = tmp / f'kill{index}'

@@ -1,8 +1,8 @@
 """Launch soak: the same command started N times in a row, each in a fresh
 logdir, counting exit codes and error lines.
 
-    python -m embodied.perf.launch_soak                       # 10 launches
-    python -m embodied.perf.launch_soak --launches 20 -- \\
+    python -m devtools.launch_soak                            # 10 launches
+    python -m devtools.launch_soak --launches 20 -- \\
         --script parallel --configs debug --run.steps 600
 
 A failure that depends on timing (two threads racing at start-up, a role
@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT = ('--script', 'parallel', '--configs', 'debug', '--run.steps', '600')
 # Lines that report a failure (tracebacks, role errors, exceptions).
 ERROR = re.compile(

@@ -1,10 +1,10 @@
 """The parallel runner on a CPU model of one GPU: how busy the device is
 kept, how fast the learner trains, and how long the policy waits.
 
-    python -m embodied.perf.one_gpu                      # 8 16 32 64 envs
-    python -m embodied.perf.one_gpu --old b7d4394 --rounds 2 --envs 16
-    python -m embodied.perf.one_gpu --train_ms 49 --policy_ms 2.1 --env_ms 5
-    python -m embodied.perf.one_gpu --envs 16 --run.actor_batch 16
+    python -m devtools.one_gpu                           # 8 16 32 64 envs
+    python -m devtools.one_gpu --old b7d4394 --rounds 2 --envs 16
+    python -m devtools.one_gpu --train_ms 49 --policy_ms 2.1 --env_ms 5
+    python -m devtools.one_gpu --envs 16 --run.actor_batch 16
 
 Each run is `python -m embodied.run.parallel --script parallel` with the
 test agent on one simulated serial device (`simulated_gpu.py`): `train`
@@ -40,9 +40,9 @@ import shutil
 import statistics
 import tempfile
 
-from embodied.perf import simulated_gpu
+from devtools import revisions
+from devtools import simulated_gpu
 from embodied.perf import throughput
-from embodied.perf import revisions
 
 # The H200 run this model reproduces (atari size12m, 16 envs, 2026-11-26).
 H200 = dict(env_fps=476, learner=72.0, policy_batch_ms=26.4)
@@ -53,7 +53,7 @@ FLAGS = (
     '--run.log_every', '2', '--replay.size', '1e5',
     '--testing.check_content', 'False')
 SITECUSTOMIZE = (
-    '# Written by embodied.perf.one_gpu: slows the dummy env in every\n'
+    '# Written by devtools.one_gpu: slows the dummy env in every\n'
     '# process of the run (see simulated_gpu.install).\n'
     'import simulated_gpu\nsimulated_gpu.install()\n')
 

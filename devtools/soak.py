@@ -1,13 +1,13 @@
 """Soak benchmark of the parallel runner: a night unattended, with the
 faults a night brings.
 
-    python -m embodied.perf.soak --hours 2              # the night
-    python -m embodied.perf.soak --minutes 1 --agent testing --save_every 5 \\
+    python -m devtools.soak --hours 2                   # the night
+    python -m devtools.soak --minutes 1 --agent testing --save_every 5 \\
         --kill_every 12 --term_every 25 --tree_kill_at 40 --window 15
 
 Runs `--script parallel` (DreamerV3 `debug` by default on the default
 task, `cartpole_balance`; every server on loopback with `{auto}` ports, the
-flags of `embodied.perf.faults` with `--run.envs 4`, `--run.log_every 10`
+flags of `devtools.faults` with `--run.envs 4`, `--run.log_every 10`
 and a replay of `--replay_size` steps) in one logdir for the whole duration, saving every `--save_every`
 seconds. Meanwhile:
 
@@ -103,7 +103,7 @@ def main(argv=None):
     try:
         import psutil
     except ImportError:
-        sys.exit('embodied.perf.soak needs psutil to read the run\'s '
+        sys.exit('devtools.soak needs psutil to read the run\'s '
                  'processes: pip install psutil')
     duration = 3600 * args.hours if args.hours else 60 * args.minutes
     tree_kill_at = (0.625 * duration if args.tree_kill_at is None
@@ -152,7 +152,7 @@ class Soak:
             '--run.env_restarts', max(10, kills + 1), *args.flags)
 
     def run(self):
-        from embodied.perf import faults
+        from devtools import faults
         args = self.args
         self.start = time.monotonic()
         end = self.start + self.duration
@@ -345,7 +345,7 @@ class Progress:
 
 def newest_complete(logdir):
     """The newest save tag complete in every role, or None."""
-    from embodied.perf import faults
+    from devtools import faults
     tags = [set(faults.tags(logdir, role))
             for role in ('agent', 'replay', 'logger')]
     common = set.intersection(*tags)
@@ -506,7 +506,7 @@ def check_metrics(logdir):
 
 
 def check_logdir(logdir, args):
-    from embodied.perf import faults
+    from devtools import faults
     logdir = pathlib.Path(logdir)
     counts, aside, left = {}, {}, []
     for role in ('agent', 'replay', 'logger'):

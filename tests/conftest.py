@@ -71,7 +71,7 @@ def pytest_configure(config):
 # The suite's longest files (minutes each on two cores), started first.
 LONGEST_FIRST = (
     'tests/run/test_replica_stop.py', 'tests/perf/test_perf_gpu_check.py',
-    'tests/jax/test_mesh.py', 'tests/perf/test_perf_soak.py',
+    'tests/jax/test_mesh.py', 'tests/devtools/test_soak.py',
     'tests/test_slurm.py', 'tests/run/test_replicas.py',
     'tests/run/test_replicas_hosts.py')
 

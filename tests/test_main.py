@@ -82,7 +82,8 @@ def test_duplicate_key_across_files_is_an_error(tmp_path):
 
 
 def test_configs_ship_inside_the_wheel(tmp_path):
-    """A non-editable install finds the YAML under embodied/configs."""
+    """A non-editable install finds the YAML under embodied/configs and runs
+    the measurement tools without the checkout's devtools/."""
     subprocess.run(
         [sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation',
          '-q', '-w', str(tmp_path), str(launch.ROOT)],
@@ -101,6 +102,19 @@ def test_configs_ship_inside_the_wheel(tmp_path):
     env['PYTHONPATH'] = str(tmp_path / 'site')
     subprocess.run(
         [sys.executable, '-c', code], check=True, env=env, cwd=tmp_path)
+    # The measurement tools ship; the development tools (devtools/) do not,
+    # and what needs them says so.
+    assert 'embodied/perf/gpu_check.py' in names
+    assert not [n for n in names if n.startswith('devtools/')]
+    tools = 'agent_speed gpu_check launch_time learning throughput'.split()
+    imports = '; '.join(f'import embodied.perf.{x}' for x in tools)
+    subprocess.run(
+        [sys.executable, '-c', imports], check=True, env=env, cwd=tmp_path)
+    old = subprocess.run(
+        [sys.executable, '-m', 'embodied.perf.throughput', '--old', 'HEAD'],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert old.returncode == 2, old.stderr[-2000:]
+    assert '--old HEAD needs a source checkout' in old.stderr
 
 
 def test_oversized_replay_is_refused_before_allocating(tmp_path):

@@ -51,8 +51,7 @@ import subprocess
 import sys
 import tempfile
 
-from embodied.perf import original
-from embodied.perf.revisions import export
+from embodied.perf import checkout
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
@@ -257,23 +256,24 @@ def make_setups(args, tmp, platform):
     ours = ['--agent_impl', 'dreamerv3']
     setups = {'ours': ([str(ROOT)], 'ours', ours)}
     skipped = {}
-    checkout = original.source()
-    if not checkout:
-        reason = f'${original.ENV} is not set'
+    source = checkout.original_checkout()
+    if not source:
+        reason = f'${checkout.ORIGINAL_ENV} is not set'
         skipped['ours+orig agent'] = skipped['original'] = reason
     else:
-        original.copy_agent(checkout, tmp / 'origagent')
+        original = checkout.devtool('original', f'${checkout.ORIGINAL_ENV}')
+        original.copy_agent(source, tmp / 'origagent')
         setups['ours+orig agent'] = (
             [str(ROOT), str(tmp / 'origagent')], 'ours',
             ['--agent_impl', 'dreamerv3.agent:Agent'])
-        problem = original_base_problem(checkout)
+        problem = original_base_problem(original, source)
         if problem:
             skipped['original'] = problem
         else:
-            setups['original'] = ([checkout], 'original', [])
+            setups['original'] = ([source], 'original', [])
     if args.old:
-        setups[f'ours@{args.old}'] = (
-            [str(export(args.old, tmp / 'old'))], 'ours', ours)
+        old = checkout.trees(args.old, tmp)[args.old]
+        setups[f'ours@{args.old}'] = ([str(old)], 'ours', ours)
     if args.train_mesh:
         setups.pop('ours')
         setups = {
@@ -283,13 +283,14 @@ def make_setups(args, tmp, platform):
     return setups, skipped
 
 
-def original_base_problem(checkout):
-    """Why the original's own base cannot run here, or ''."""
-    if not original.is_worktree(checkout):
-        return f'{checkout} is not a work tree (its embodied package is needed)'
-    env = dict(os.environ, PYTHONPATH=checkout)
+def original_base_problem(original, source):
+    """Why the original's own base cannot run here, or '' (`original`: the
+    module `devtools.original`)."""
+    if not original.is_worktree(source):
+        return f'{source} is not a work tree (its embodied package is needed)'
+    env = dict(os.environ, PYTHONPATH=source)
     result = subprocess.run(
-        [sys.executable, '-c', ORIGINAL_CHECK], cwd=checkout, env=env,
+        [sys.executable, '-c', ORIGINAL_CHECK], cwd=source, env=env,
         capture_output=True, text=True)
     if result.returncode:
         return ('its embodied package does not import: ' +

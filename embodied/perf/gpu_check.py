@@ -62,8 +62,8 @@ import time
 import types
 
 from embodied.perf import agent_speed
+from embodied.perf import checkout
 from embodied.perf import launch_time
-from embodied.perf import original
 from embodied.perf import throughput
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -494,9 +494,9 @@ def render(args, device, rows, seconds):
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     lines = [head, '', '| measure | result |', '|---|---|']
     lines += [f'| {name} | {text} |' for name, text in rows]
-    if not original.source():
+    if not checkout.original_checkout():
         lines.append(f'| the original\'s agent code | not measured: '
-                     f'${original.ENV} is not set |')
+                     f'${checkout.ORIGINAL_ENV} is not set |')
     return '\n'.join(lines)
 
 

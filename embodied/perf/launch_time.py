@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 
-from embodied.perf import revisions
+from embodied.perf import checkout
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
@@ -167,7 +167,7 @@ def parallel_main(args, extra):
         '--run.report_every', '1e9', '--logger.outputs', 'jsonl', *extra]
     results = {}  # (tree, 'cold' or 'warm') -> [figures per round]
     with tempfile.TemporaryDirectory() as tmp:
-        trees = revisions.trees(args.old, tmp)
+        trees = checkout.trees(args.old, tmp)
         for index in range(args.rounds):
             order = list(trees.items())
             if index % 2:

@@ -54,7 +54,7 @@ import time
 
 import psutil
 
-from embodied.perf import revisions
+from embodied.perf import checkout
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 COMMON = ('--configs', 'debug', '--task', 'dummy_disc',
@@ -105,7 +105,7 @@ def main(argv=None):
 
     rows = plan(args)
     with tempfile.TemporaryDirectory() as tmp:
-        trees = revisions.trees(args.old, tmp)
+        trees = checkout.trees(args.old, tmp)
         results = {}  # (tree, row name) -> [measurement per round]
         for index in range(rounds):
             order = list(trees.items())

@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 
 import helpers
+from devtools import original
+from embodied import factories
 from embodied import main as mainlib
-from embodied.perf import original
 
 SOURCE = os.environ.get('EMBODIED_ORIGINAL_DREAMERV3', '')
 
@@ -75,7 +76,7 @@ def agent(tmp_path_factory):
             batch_length=config.batch_length,
             replay_context=config.replay_context,
             report_length=config.report_length, replica=0, replicas=1)
-        ctor = mainlib._import('dreamerv3.agent:Agent')
+        ctor = factories._import('dreamerv3.agent:Agent')
         agent = ctor(OBS, ACT, agent_config)
         # The tests trace its modules directly; ninjax's name scope is
         # process-wide and the agent compiles in the background.

@@ -1,4 +1,4 @@
-"""The compiled program size tool (`embodied.perf.compile_size`)."""
+"""The compiled program size tool (`devtools.compile_size`)."""
 
 import json
 import subprocess
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from embodied.perf import compile_size
+from devtools import compile_size
 
 
 def cuda_text(fn, *args):
@@ -72,7 +72,7 @@ def test_called_functions_count_once_per_call():
 def test_the_command_prints_a_table_per_program(tmp_path):
     out, details = tmp_path / 'table.md', tmp_path / 'details.json'
     result = subprocess.run(
-        [sys.executable, '-m', 'embodied.perf.compile_size', '--configs',
+        [sys.executable, '-m', 'devtools.compile_size', '--configs',
          'debug', '--setups', 'ours', '--markdown', str(out), '--details',
          str(details)],
         capture_output=True, text=True, timeout=900)

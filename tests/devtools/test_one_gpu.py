@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from embodied.envs import dummy
-from embodied.perf import one_gpu
-from embodied.perf import simulated_gpu
+from devtools import one_gpu
+from devtools import simulated_gpu
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -188,7 +188,7 @@ def test_no_window_is_an_error_that_shows_the_output():
 def test_the_benchmark_runs_the_runner_on_the_simulated_device(tmp_path):
     table = tmp_path / 'table.md'
     result = subprocess.run(
-        [sys.executable, '-m', 'embodied.perf.one_gpu', '--envs', '4',
+        [sys.executable, '-m', 'devtools.one_gpu', '--envs', '4',
          '--dilate', '1',
          '--seconds', '24', '--warmup', '2', '--train_ms', '20',
          '--env_ms', '2', '--markdown', str(table)],
@@ -204,7 +204,7 @@ def test_the_benchmark_runs_the_runner_on_the_simulated_device(tmp_path):
 
 def test_an_unknown_revision_is_a_usage_error():
     result = subprocess.run(
-        [sys.executable, '-m', 'embodied.perf.one_gpu', '--old', 'nosuchrev',
+        [sys.executable, '-m', 'devtools.one_gpu', '--old', 'nosuchrev',
          '--envs', '4'], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert '--old nosuchrev: no such git revision' in result.stderr

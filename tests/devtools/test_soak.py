@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from embodied.perf import soak
+from devtools import soak
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_one_minute_soak_relaunches_and_resumes_at_the_newest_save():
     result = subprocess.run(
-        [sys.executable, '-m', 'embodied.perf.soak', '--minutes', '1',
+        [sys.executable, '-m', 'devtools.soak', '--minutes', '1',
          '--agent', 'testing', '--save_every', '5', '--kill_every', '12',
          '--term_every', '25', '--tree_kill_at', '40', '--window', '15',
          '--warmup', '5', '--sample_every', '5'],

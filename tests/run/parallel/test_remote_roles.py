@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import launch
+from devtools import faults
 from embodied import rpc
 from embodied.rpc import auth
-from embodied.perf import faults
 from embodied.run.parallel import remote_roles
 from tests.run.parallel.test_parallel import COMMON
 
