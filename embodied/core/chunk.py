@@ -127,8 +127,8 @@ class Chunk:
 
     @property
     def filename(self):
-        succ = (self.succ or NO_SUCC).hex()
-        return f'{self.time:020d}-{self.uuid.hex()}-{succ}-{self.length}.npz'
+        return filename({'time': self.time, 'uuid': self.uuid,
+                         'succ': self.succ, 'length': self.length})
 
     def append(self, step, row=None):
         """Stores one step: a dict of arrays of fixed shapes and dtypes, or
@@ -242,6 +242,14 @@ def split_stepids(stepids):
     uuids = [row.tobytes() for row in stepids[:, :UUID_BYTES]]
     indices = stepids[:, UUID_BYTES:].copy().view('>u4').reshape(-1)
     return uuids, indices.astype(np.int64)
+
+
+def filename(fields):
+    """The file name of a chunk with `fields` time, uuid, succ and length
+    (the inverse of `parse_filename`)."""
+    succ = (fields['succ'] or NO_SUCC).hex()
+    return (f"{fields['time']:020d}-{fields['uuid'].hex()}-{succ}-"
+            f"{fields['length']}.npz")
 
 
 def parse_filename(name):

@@ -18,22 +18,18 @@ are thread-safe.
 """
 
 import collections
-import concurrent.futures
 import math
-import os
 import threading
-import time
 
 import elements
 import numpy as np
 
 from . import chunk as chunklib
-from . import diskfull
 from . import limiters
+from . import replay_persistence as persistence
 from . import selectors
 
 MODES = ('train', 'report', 'eval')
-STALE_TEMPFILE_SECONDS = 600
 
 
 class _Stream:
@@ -106,8 +102,7 @@ class Replay:
         self._known = set()      # uuids of all chunks created or loaded here
         maxlen = self.capacity // self.length + 1 if self.capacity else None
         self._online_queue = collections.deque(maxlen=maxlen)
-        self._writer = None
-        self._pending_writes = []
+        self._files = persistence.ChunkFiles(self.directory, name)
         self._released = threading.Event()
         self._metrics = {'inserts': 0, 'samples': 0, 'updates': 0}
 
@@ -471,7 +466,7 @@ class Replay:
         steps = int(capacity) + workers * (length - 1 + 2 * chunksize)
         return per_step * steps
 
-    # Saving and loading ---------------------------------------------------
+    # Saving and loading (the files: replay_persistence.py) ---------------
 
     def save(self):
         """Writes the chunks not yet on disk to `directory`.
@@ -486,7 +481,7 @@ class Replay:
         """
         if not self.directory:
             return {'directory': None}
-        self._raise_full_disk()
+        self._files.raise_full_disk()
         with elements.timer.section('replay_save'):
             with self._lock:
                 for stream in self._streams.values():
@@ -497,14 +492,7 @@ class Replay:
                     if c.length and not c.saved]
                 for chunk in todo:
                     chunk.saved = True
-                if self._writer is None:
-                    self._writer = concurrent.futures.ThreadPoolExecutor(
-                        2, f'replay_{self.name}_writer')
-                self._pending_writes = [
-                    f for f in self._pending_writes if not f.done()]
-                futures = [
-                    self._writer.submit(self._write_file, c) for c in todo]
-                self._pending_writes += futures
+                futures = self._files.write(todo)
                 data = {
                     'directory': str(self.directory),
                     'time': chunklib.unique_time(),
@@ -521,23 +509,6 @@ class Replay:
                     future.result()
         return data
 
-    def _write_file(self, chunk):
-        try:
-            chunk.write(self.directory)
-        except BaseException as e:
-            chunk.saved = False  # The next save() tries again.
-            if not diskfull.is_full(e):  # The next save() raises those.
-                print(f"Replay '{self.name}': could not save "
-                      f"{chunk.filename}: {type(e).__name__}: {e}", flush=True)
-            raise
-
-    def _raise_full_disk(self):
-        """Raises the disk-full error of an earlier save's background
-        write: a save after it cannot be complete."""
-        for future in self._pending_writes:
-            if future.done() and diskfull.is_full(future.exception()):
-                raise future.exception()
-
     def load(self, data=None):
         """Reads chunk files from `directory` and rebuilds the items.
 
@@ -547,27 +518,14 @@ class Replay:
         newest first, only as many as fill the free capacity, and skips chunks
         this replay already holds or held, so loading twice adds nothing.
         Unreadable files are reported and skipped; temporary files that an
-        interrupted write left (older than STALE_TEMPFILE_SECONDS) are
-        removed. Loaded items count as older than items already present.
+        interrupted write left (older than
+        `replay_persistence.STALE_TEMPFILE_SECONDS`) are removed. Loaded items count as older than items already present.
         """
         if not self.directory:
             return
         with elements.timer.section('replay_load'):
-            self._wait_for_writes()
-            directory = str(self.directory)
-            names = sorted(os.listdir(directory))
-            self._remove_stale_tempfiles(directory, names)
-            entries = [e for e in map(chunklib.parse_filename, names) if e]
-            skips = {}
-            if data and data.get('files'):
-                self._report_missing(data['files'], entries)
-            if data and data.get('chunks') is not None:
-                held = {bytes.fromhex(k): v for k, v in data['chunks'].items()}
-                since = data.get('time', math.inf)
-                entries = [
-                    e for e in entries
-                    if e['uuid'] in held or e['time'] > since]
-                skips = {k: v for k, v in held.items() if v}
+            self._files.wait()
+            entries, skips = self._files.entries(data)
             with self._lock:
                 entries = [e for e in entries if e['uuid'] not in self._known]
                 free = math.inf
@@ -575,73 +533,12 @@ class Replay:
                     free = self.capacity - len(self._items)
             if not entries or free <= 0:
                 return
-            chosen = self._choose_files(entries, skips, free)
-            chunks = self._read_files(directory, chosen)
+            chosen = persistence.choose(entries, skips, free, self.length)
+            chunks = self._files.read(chosen)
             with self._lock:
                 self._known.update(e['uuid'] for e in chosen)
                 chunks = self._compatible(chunks)
                 self._add_loaded(chunks, skips)
-
-    def _report_missing(self, files, entries):
-        on_disk = {e['uuid'].hex() for e in entries}
-        missing = [name for name in files if name not in on_disk]
-        if missing:
-            shown = ', '.join(missing[:5]) + (' ...' if len(missing) > 5 else '')
-            print(f"Replay '{self.name}': {len(missing)} chunk files that the "
-                  f"checkpoint holds are missing from {self.directory}, their "
-                  f"steps are lost (chunk ids: {shown}).", flush=True)
-
-    def _remove_stale_tempfiles(self, directory, names):
-        # A temporary file is left behind when a process dies mid-write. Young
-        # ones may belong to a write in progress elsewhere and are left alone.
-        now = time.time()
-        for name in names:
-            if not chunklib.is_tempfile(name):
-                continue
-            path = os.path.join(directory, name)
-            try:
-                if now - os.path.getmtime(path) > STALE_TEMPFILE_SECONDS:
-                    os.remove(path)
-            except FileNotFoundError:
-                pass
-
-    def _choose_files(self, entries, skips, amount):
-        """The newest files whose items fill `amount` (going by names only)."""
-        ends = self._item_ends(entries)
-        chosen, total = [], 0
-        for entry in sorted(entries, key=lambda e: e['time'], reverse=True):
-            chosen.append(entry)
-            total += max(0, ends[entry['uuid']] - skips.get(entry['uuid'], 0))
-            if total >= amount:
-                break
-        return chosen
-
-    def _item_ends(self, entries):
-        """For each chunk, one past the last index that starts an item, given
-        the chains among `entries`.
-
-        A chunk is always newer than the chunk it continues, so going from new
-        to old sees every successor before its predecessor.
-        """
-        ahead, ends = {}, {}
-        for e in sorted(entries, key=lambda e: e['time'], reverse=True):
-            following = ahead.get(e['succ'], 0)
-            ahead[e['uuid']] = e['length'] + following
-            ends[e['uuid']] = int(np.clip(
-                e['length'] - self.length + 1 + following, 0, e['length']))
-        return ends
-
-    def _read_files(self, directory, entries):
-        def read(entry):
-            path = os.path.join(directory, _filename(entry))
-            try:
-                return chunklib.Chunk.read(path)
-            except chunklib.ChunkError as e:
-                print(f"Replay '{self.name}': skipping chunk file: {e}",
-                      flush=True)
-                return None
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            return [c for c in pool.map(read, entries) if c is not None]
 
     def _compatible(self, chunks):
         """Registers the loaded columns; skips chunks that contradict them."""
@@ -668,9 +565,9 @@ class Replay:
         for chunk in chunks:
             if chunk.succ not in uuids:
                 chunk.succ = None  # The stream continued in a chunk not loaded.
-        ends = self._item_ends([
+        ends = persistence.item_ends([
             {'uuid': c.uuid, 'succ': c.succ, 'length': c.length, 'time': c.time}
-            for c in chunks])
+            for c in chunks], self.length)
         firsts = {
             c.uuid: min(skips.get(c.uuid, 0), ends[c.uuid]) for c in chunks}
         for chunk in chunks:
@@ -690,21 +587,11 @@ class Replay:
                 self._refs[chunk.uuid] = 1
                 self._release(chunk.uuid)
 
-    def _wait_for_writes(self):
-        for future in list(self._pending_writes):
-            try:
-                future.result()
-            except Exception:
-                pass  # Already reported; the chunk is retried by save().
-
     def close(self):
         """Ends waits in `sample()` with `limiters.Released` and finishes the
         writes of earlier saves."""
         self._released.set()
-        self._wait_for_writes()
-        if self._writer:
-            self._writer.shutdown(wait=True)
-            self._writer = None
+        self._files.close()
 
 
 def add_rows(replay, data, envids):
@@ -820,12 +707,6 @@ def _worker_key(worker):
             f'Replay worker must be hashable (e.g. an int), got '
             f'{type(worker).__name__}.') from None
     return worker
-
-
-def _filename(entry):
-    succ = (entry['succ'] or chunklib.NO_SUCC).hex()
-    return (f"{entry['time']:020d}-{entry['uuid'].hex()}-{succ}-"
-            f"{entry['length']}.npz")
 
 
 def _is_int(value):

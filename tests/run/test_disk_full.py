@@ -119,7 +119,7 @@ def test_replay_save_raises_a_chunk_write_that_found_no_room(
         replay.add({'x': np.float32(i), 'is_first': i == 0}, worker=0)
     monkeypatch.setattr(os, 'fsync', FullAfter(0))
     replay.save()  # The chunk files are written in the background.
-    replay._wait_for_writes()
+    replay._files.wait()
     with pytest.raises(OSError) as info:
         replay.save()
     assert diskfull.is_full(info.value)
