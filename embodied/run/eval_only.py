@@ -9,7 +9,7 @@ from embodied.run import episodes as episodeslib
 from embodied.run import loop as looplib
 from embodied.run import saving
 from embodied.run import videos
-from embodied.run.learning import prefix
+from embodied.run.reporting import prefix
 
 
 @ending.in_one_line

@@ -8,7 +8,7 @@ import elements
 
 import embodied
 from embodied.run import progress
-from embodied.run import learning
+from embodied.run import reporting
 from embodied.run import saving
 from embodied.run import stopping
 
@@ -110,7 +110,7 @@ class Loop:
             logger.add(replay.stats(), prefix=prefix)
         logger.add(self.usage.stats(), prefix='usage')
         logger.add({'fps/policy': self.policy_fps.result()})
-        logger.add(learning.timer_metrics('timer'))
+        logger.add(reporting.timer_metrics('timer'))
         logger.write()
 
     def finish(self, cp, stats, metrics=None):

@@ -4,8 +4,8 @@ import embodied
 from embodied.run import arguments
 from embodied.run import ending
 from embodied.run import episodes as episodeslib
-from embodied.run import learning
 from embodied.run import loop as looplib
+from embodied.run import ratio_trainer
 
 
 @ending.in_one_line
@@ -24,7 +24,7 @@ def train(make_agent, make_replay, make_env, make_stream, make_logger, args):
     step = loop.step
     stats = episodeslib.EpisodeStats(logger)
     should_report = embodied.GlobalClock(args.report_every)
-    trainer = learning.RatioTrainer(agent, replay, make_stream, args, step)
+    trainer = ratio_trainer.RatioTrainer(agent, replay, make_stream, args, step)
     driver = loop.driver(
         make_env, range(args.envs), replay.add, stats.add, trainer.on_step)
 

@@ -4,8 +4,9 @@ import embodied
 from embodied.run import arguments
 from embodied.run import ending
 from embodied.run import episodes as episodeslib
-from embodied.run import learning
 from embodied.run import loop as looplib
+from embodied.run import ratio_trainer
+from embodied.run import reporting
 
 
 @ending.in_one_line
@@ -27,7 +28,7 @@ def train_eval(
     eval_stats = episodeslib.EpisodeStats(logger, 'eval_episode')
     should_report = embodied.LocalClock(args.report_every, first=True)
 
-    trainer = learning.RatioTrainer(
+    trainer = ratio_trainer.RatioTrainer(
         agent, replay_train, make_stream, args, step)
     train_driver = loop.driver(
         make_env_train, range(args.envs), replay_train.add, train_stats.add,
@@ -53,7 +54,7 @@ def train_eval(
         if len(replay_train):
             logger.add(trainer.report(), prefix='report')
         if len(replay_eval):
-            carry_eval, mets = learning.report_on(
+            carry_eval, mets = reporting.report_on(
                 agent, stream_eval, args, carry_eval)
             logger.add(mets, prefix='eval')
 
@@ -69,7 +70,7 @@ def train_eval(
         loop.finish(cp, train_stats, trainer.metrics())
     finally:
         trainer.close()
-        learning.close_stream(stream_eval)
+        reporting.close_stream(stream_eval)
         train_driver.close()
         eval_driver.close()
         logger.close()

@@ -6,7 +6,7 @@ import time
 import elements
 import pytest
 
-from embodied.run import learning
+from embodied.run import reporting
 from embodied.run import loop as looplib
 from embodied.run import stopping
 
@@ -61,7 +61,7 @@ def report_args():
 
 def test_report_on_averages_consec_times_batches_and_returns_the_carry():
     agent = ReportAgent()
-    carry, metrics = learning.report_on(
+    carry, metrics = reporting.report_on(
         agent, iter(range(100)), report_args(), 0)
     assert carry == 6 and metrics == {'value': pytest.approx(2.5)}
 
@@ -69,7 +69,7 @@ def test_report_on_averages_consec_times_batches_and_returns_the_carry():
 def test_report_on_holds_the_lock_and_ends_with_the_stream():
     lock = threading.Lock()
     agent = ReportAgent(lock)
-    carry, metrics = learning.report_on(
+    carry, metrics = reporting.report_on(
         agent, iter(range(4)), report_args(), 0, lock)
     assert metrics is None and carry == 4  # The stream ended after 4.
     assert agent.held == [True] * 4

@@ -31,7 +31,7 @@ from embodied.run.parallel import lifecycle
 from embodied.run.parallel.actor import parallel_actor
 from embodied.run.parallel.learner import parallel_learner
 from embodied.run.parallel.link import AgentLink
-from embodied.run.learning import prefix
+from embodied.run.reporting import prefix
 
 
 # Thread ends that need no traceback: the launcher retries with other ports,

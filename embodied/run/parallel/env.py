@@ -33,7 +33,7 @@ from embodied import rpc
 from embodied.rpc.supervisor import (
     EXIT_BAD_INPUT, EXIT_ENV_INIT, EXIT_REFUSED, EXIT_UNREACHABLE)
 from embodied.run import arguments
-from embodied.run import learning
+from embodied.run import reporting
 from embodied.run import stopping
 from embodied.run.parallel import connections
 
@@ -254,7 +254,7 @@ class EnvWorker:
                     for i in range(len(self.envs))]
             if self.logger and self.should_log():
                 self.logger.add({'fps/env': self.fps.result(),
-                                 **learning.timer_metrics('timer/env')})
+                                 **reporting.timer_metrics('timer/env')})
 
     def connect(self, lost=False):
         """A client of the actor. The actor serves only once it reached the

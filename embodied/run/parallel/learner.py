@@ -41,12 +41,12 @@ import psutil
 import embodied
 from embodied import rpc
 from embodied.run import arguments
-from embodied.run import learning
+from embodied.run import reporting
 from embodied.run import saving
 from embodied.run.parallel import connections
 from embodied.run.parallel.learner_replicas import ReplicaSync
 from embodied.run.parallel.link import link_of
-from embodied.run.learning import prefix
+from embodied.run.reporting import prefix
 
 
 @elements.timer.section('learner')
@@ -123,7 +123,7 @@ def parallel_learner(agent, barrier, args):
         for client in (logger, results.updater):
             client.close(1)
         for stream in streams.values():
-            learning.close_stream(stream)
+            reporting.close_stream(stream)
         for stream in sources.values():
             stream.close()
     return 0
@@ -164,7 +164,7 @@ class _Results:
         """The metrics of one log: train rate and metrics, timers, policy
         lag, resource usage, and each batch stream's client."""
         stats = {'fps/train': self.fps.result()}
-        stats.update(learning.timer_metrics('timer/agent'))
+        stats.update(reporting.timer_metrics('timer/agent'))
         stats.update(prefix(self.agg.result(), 'train'))
         stats.update(policy_lag(agent))
         stats.update(prefix(self.usage.stats(), 'usage/agent'))
@@ -181,7 +181,7 @@ def _report(agent, args, link, streams, sources, replicas, logger):
                 sources['eval'].ready_soon())):
             continue
         carry = agent.init_report(args.batch_size)
-        _, metrics = learning.report_on(
+        _, metrics = reporting.report_on(
             agent, streams[source], args, carry, link.train_lock)
         if metrics is not None:
             logger.add(prefix(metrics, source))

@@ -29,11 +29,11 @@ from embodied.core import replay as replaylib
 from embodied.run import arguments
 from embodied.run import roles
 from embodied.run.parallel import replay_files
-from embodied.run import learning
+from embodied.run import reporting
 from embodied.run import saving
 from embodied.run.parallel import connections
 from embodied.run.parallel import lifecycle
-from embodied.run.learning import prefix
+from embodied.run.reporting import prefix
 
 
 class ReplayRole(lifecycle.RoleControl):
@@ -219,7 +219,7 @@ class ReplayRole(lifecycle.RoleControl):
         """The periodic metrics: limiter, counts, replay stats."""
         current = self.status()
         stats = {}
-        stats.update(learning.timer_metrics('timer/replay'))
+        stats.update(reporting.timer_metrics('timer/replay'))
         with self.sums_lock:
             sums, self.sums = self.sums, {}
         stats.update(prefix(sums, 'limiter'))

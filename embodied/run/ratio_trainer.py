@@ -1,7 +1,5 @@
 """Training from a replay at a fixed train ratio, for the single-process
-runners (the parallel runner trains in its own learner thread), and what
-every runner shares: the report loop (`report_on`) and the shape of its
-metrics (`prefix`, `timer_metrics`).
+runners (the parallel runner trains in its own learner thread).
 
 Where the single-process scripts deliberately differ from the parallel
 learner, as the original's train.py and parallel.py do:
@@ -15,9 +13,9 @@ learner, as the original's train.py and parallel.py do:
   learner starts each report from `agent.init_report`.
 """
 
-import contextlib
-
 import elements
+
+from embodied.run import reporting
 
 
 class RatioTrainer:
@@ -69,7 +67,7 @@ class RatioTrainer:
 
     def report(self):
         """Report metrics over `consec_report * report_batches` batches."""
-        self.carry_report, metrics = report_on(
+        self.carry_report, metrics = reporting.report_on(
             self.agent, self.stream_report, self.args, self.carry_report)
         return metrics
 
@@ -80,46 +78,5 @@ class RatioTrainer:
 
     def close(self):
         """Stops the streams' read-ahead threads."""
-        close_stream(self.stream_train)
-        close_stream(self.stream_report)
-
-
-def report_on(agent, stream, args, carry, lock=None):
-    """Report metrics of the agent on `consec_report * report_batches`
-    batches of `stream`; returns the new carry and the metrics (None when
-    the stream ended first). Each `agent.report` runs under `lock` when one
-    is given. The one report loop of every runner (the parallel learner
-    passes its train lock and a fresh carry per report)."""
-    agg = elements.Agg()
-    for _ in range(args.consec_report * args.report_batches):
-        batch = next(stream, None)
-        if batch is None:
-            return carry, None
-        with lock or contextlib.nullcontext():
-            carry, mets = agent.report(carry, batch)
-        agg.add(mets)
-    return carry, agg.result()
-
-
-def close_stream(stream):
-    """Closes a stream that can be closed (e.g. `agent.stream()`'s read-ahead
-    thread); does nothing for others."""
-    close = getattr(stream, 'close', None)
-    if close:
-        close()
-
-
-def prefix(metrics, name):
-    """`metrics` with keys `name/key`."""
-    return {f'{name}/{k}': v for k, v in metrics.items()}
-
-
-def timer_metrics(key):
-    """`{key: the timer's text summary}`, or `{}` when nothing was timed
-    since the last summary (`elements.timer.stats()` raises then, and an
-    empty string cannot cross portal's wire format)."""
-    timer = elements.timer.global_timer
-    if not timer.enabled or not timer.paths:
-        return {}
-    summary = timer.stats()['summary']
-    return {key: summary} if summary else {}
+        reporting.close_stream(self.stream_train)
+        reporting.close_stream(self.stream_report)

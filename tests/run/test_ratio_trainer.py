@@ -5,7 +5,7 @@ import elements
 import numpy as np
 
 import embodied
-from embodied.run import learning
+from embodied.run import ratio_trainer
 
 
 class CountingAgent:
@@ -47,7 +47,7 @@ def test_ratio_trainer_writes_every_update_back_one_late_and_flushes():
         return embodied.streams.Stateless(replay.sample, 2, mode)
 
     step = elements.Counter()
-    trainer = learning.RatioTrainer(agent, replay, make_stream, args, step)
+    trainer = ratio_trainer.RatioTrainer(agent, replay, make_stream, args, step)
     for _ in range(3):
         step.increment()
         trainer.on_step({}, 0)
