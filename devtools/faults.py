@@ -576,12 +576,12 @@ def fault_replica_killed(tmp, timeout, kills=20):
     CPU devices each, loopback), replica 1 SIGKILLed once both train; the
     survivor must exit non-zero within 60 s naming replica 1."""
     import collections
-    from devtools import replicas
+    from devtools import replica_bench
     results = []
     for index in range(kills):
         folder = tmp / f'kill{index}'
         folder.mkdir()
-        seconds, code = replicas.seconds_to_exit_after_kill(folder)
+        seconds, code = replica_bench.seconds_to_exit_after_kill(folder)
         output = (folder / 'kill0.log').read_text(errors='replace')
         named = bool(re.search(
             r'replica 1 of 2 was lost|lost contact with replica 1 of 2',

@@ -106,7 +106,8 @@ def test_configs_ship_inside_the_wheel(tmp_path):
     # and what needs them says so.
     assert 'embodied/perf/gpu_check.py' in names
     assert not [n for n in names if n.startswith('devtools/')]
-    tools = 'agent_speed gpu_check launch_time learning throughput'.split()
+    tools = ('agent_speed gpu_check launch_time learning param_transfer '
+             'throughput').split()
     imports = '; '.join(f'import embodied.perf.{x}' for x in tools)
     subprocess.run(
         [sys.executable, '-c', imports], check=True, env=env, cwd=tmp_path)

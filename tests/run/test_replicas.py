@@ -225,7 +225,7 @@ def test_two_by_two_devices_equal_one_by_four(tmp_path):
     process x 4 devices: parameters bit-identical across the two replicas,
     and equal to the single process's within float32 tolerance."""
     import numpy as np
-    module = 'devtools.replicas'
+    module = 'devtools.replica_bench'
     port = free_port()
     # The single process runs alongside the two: it compiles while they
     # wait for each other.

@@ -2,7 +2,7 @@
 devices against 1 process x 4, and the seconds until a replica exits after
 another was killed.
 
-    python -m devtools.replicas [--updates 20]
+    python -m devtools.replica_bench [--updates 20]
 
 Prints a table. `updates/s` trains the default DreamerV3 agent at `debug` on
 fixed global batches of 4 rows (`--worker`, below), in fresh processes on
@@ -10,7 +10,7 @@ loopback (gloo collectives), over the updates after the first (which
 compiles). `exit after kill s` starts `--script train` as two replicas,
 SIGKILLs replica 1 once both train, and times replica 0's exit.
 
-    python -m devtools.replicas --worker REPLICA REPLICAS PORT DEVICES OUT [UPDATES]
+    python -m devtools.replica_bench --worker REPLICA REPLICAS PORT DEVICES OUT [UPDATES]
 
 is one process of such a run: it feeds its rows of the global batches
 (replica r rows [r * 4 / replicas, ...)), prints `updates/s`, and writes
@@ -115,7 +115,7 @@ def _spawn(argv, log):
 def updates_per_second(tmp, replicas, devices, updates):
     port = free_port()
     procs = [_spawn(
-        ['-m', 'devtools.replicas', '--worker', replica, replicas,
+        ['-m', 'devtools.replica_bench', '--worker', replica, replicas,
          port, devices, tmp / f'{replicas}x{devices}-{replica}.npz', updates],
         tmp / f'{replicas}x{devices}-{replica}.log')
         for replica in range(replicas)]
