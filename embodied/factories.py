@@ -29,6 +29,8 @@ SUITES = {
     'atari': 'embodied.envs.atari:Atari',
     'atari100k': 'embodied.envs.atari:Atari',
     'crafter': 'embodied.envs.crafter:Crafter',
+    'pinpad': 'embodied.envs.pinpad:PinPad',
+    'bsuite': 'embodied.envs.bsuite:BSuite',
 }
 
 AGENTS = {

@@ -69,9 +69,10 @@ def main(argv=None):
     except rpc.Unreachable as e:  # A role that never came, or refused us.
         print(f'error: {e}', file=sys.stderr, flush=True)
         sys.exit(rpc.supervisor.exit_code(e))
-    except validation.BadValue as e:
+    except (validation.BadValue, UsageError) as e:
         # Values only checkable once JAX sees the devices (a mesh that does
-        # not fit the GPUs), raised while the agent is built.
+        # not fit the GPUs), raised while the agent is built; a suite's
+        # missing package, where no env was built before the script ran.
         if config.replicas > 1:
             _end_replica(e, code=2)
         print(f'error: {e}', file=sys.stderr)
