@@ -328,7 +328,7 @@ def test_compiled_ahead_nothing_traces_for_any_policy_batch_size():
         policy_batches={'train': [size]})
     agent = ToyAgent(OBS, ACT, config)
     assert agent.wait_compiled(120)
-    assert agent._compiled['report'].wait(120)
+    assert agent._compiler.compiled['report'].wait(120)
     built = dict(agent.traces)
     assert built['policy'] >= 1 and built['train'] >= 1, built
     assert built['report'] >= 1, built
@@ -362,14 +362,14 @@ def test_policy_acts_while_train_compiles(monkeypatch, capsys):
     """Built with the learner's shapes, the agent returns once the policy
     is compiled: the policy acts while train and report compile in the
     background, and train waits until they are compiled."""
-    from embodied.jax import agent as agentlib
+    from embodied.jax import compiling
     release = threading.Event()
-    original = agentlib.Agent._compile_learner
+    original = compiling.Compiler.learner
 
     def held(self, config):
         assert release.wait(120)
         return original(self, config)
-    monkeypatch.setattr(agentlib.Agent, '_compile_learner', held)
+    monkeypatch.setattr(compiling.Compiler, 'learner', held)
     config = elements.Config(
         **make_config(), batch_size=4, batch_length=5, report_length=3,
         policy_batches={'train': [2]})
@@ -387,7 +387,7 @@ def test_policy_acts_while_train_compiles(monkeypatch, capsys):
     release.set()
     learner.join(120)
     assert done and agent.wait_compiled(0)
-    assert agent._compiled['report'].wait(120)
+    assert agent._compiler.compiled['report'].wait(120)
     out = capsys.readouterr().out
     assert 'Agent: compiling the parameters, the policy at batch sizes ' \
         'train [2], then train and report in the background' in out
@@ -402,13 +402,13 @@ def test_a_process_ending_during_the_background_compile_waits_for_it():
     script = textwrap.dedent("""
         import threading, time
         import elements
-        from embodied.jax import agent as agentlib
+        from embodied.jax import compiling
         from tests.jax import test_jax_agent as t
-        original = agentlib.Agent._compile_learner
+        original = compiling.Compiler.learner
         def slow(self, config):
             time.sleep(3)
             return original(self, config)
-        agentlib.Agent._compile_learner = slow
+        compiling.Compiler.learner = slow
         config = elements.Config(
             **t.make_config(), batch_size=4, batch_length=5,
             report_length=3, policy_batches={'train': [2]})
@@ -433,11 +433,11 @@ def test_a_process_ending_during_the_background_compile_waits_for_it():
 
 
 def test_a_failed_background_compile_fails_the_learner(monkeypatch):
-    from embodied.jax import agent as agentlib
+    from embodied.jax import compiling
 
     def broken(self, config):
         raise MemoryError('out of device memory')
-    monkeypatch.setattr(agentlib.Agent, '_compile_learner', broken)
+    monkeypatch.setattr(compiling.Compiler, 'learner', broken)
     config = elements.Config(
         **make_config(), batch_size=4, batch_length=5,
         policy_batches={'train': [2]})
