@@ -64,6 +64,11 @@ def policy_batches(config, enable_policy=True):
         dict(config.get('policy_batches', {})).items() if sizes}
 
 
+def _sizes_text(policy):
+    """Policy batch sizes per mode in words: 'train [1, 4], eval [1]'."""
+    return ', '.join(f'{mode} {sizes}' for mode, sizes in policy.items())
+
+
 def _say_exit_waits():
     print('Agent: waiting for train and report to finish compiling '
           'before this process exits (XLA cannot stop a compile).',
@@ -171,7 +176,7 @@ class Compiler:
         for mode, sizes in policy.items():
             self.compile_policy(sizes, [mode], announce=False)
         policy_seconds = self.progress.elapsed()
-        text = ', '.join(f'{m} {s}' for m, s in policy.items())
+        text = _sizes_text(policy)
         if policy and learner:
             print(
                 f'Agent: the policy is compiled (batch sizes {text}) '
@@ -203,8 +208,7 @@ class Compiler:
         parts = ['the parameters']
         policy = policy_batches(config, self.agent.runtime.enable_policy)
         if policy:
-            parts.append('the policy at batch sizes ' + ', '.join(
-                f'{m} {s}' for m, s in policy.items()))
+            parts.append(f'the policy at batch sizes {_sizes_text(policy)}')
         if compiles_learner(config):
             where = ('' if distributed.started() else
                      ' in the background while the policy acts')
