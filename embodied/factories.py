@@ -127,15 +127,25 @@ def make_logger(config):
             outputs.append(embodied.outputs.TensorBoardOutput(
                 logdir, config.logger.fps))
         elif output == 'wandb':
-            name = '/'.join(logdir.split('/')[-4:])
-            outputs.append(elements.logger.WandBOutput(name))
+            outputs.append(_wandb_output(config))
         elif output == 'scope':
             outputs.append(elements.logger.ScopeOutput(elements.Path(logdir)))
         else:
             raise ValueError(
                 f"Unknown logger output '{output}' in logger.outputs "
                 f"(known: jsonl, tensorboard, wandb, scope).")
-    return elements.Logger(step, outputs, multiplier)
+    return embodied.outputs.Logger(step, outputs, multiplier)
+
+
+def _wandb_output(config):
+    """The W&B output, with the run's config; an unnamed run gets the
+    original's name, the last four parts of the logdir."""
+    keys = dict(config.logger.wandb)
+    keys['name'] = keys['name'] or '/'.join(config.logdir.split('/')[-4:])
+    from embodied.outputs import wandb
+    return wandb.WandBOutput(
+        config.logdir, wandb.run_config(config), fps=config.logger.fps,
+        **keys)
 
 
 def make_replay(config, folder, mode='train'):

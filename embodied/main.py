@@ -72,7 +72,8 @@ def main(argv=None):
     except (validation.BadValue, UsageError) as e:
         # Values only checkable once JAX sees the devices (a mesh that does
         # not fit the GPUs), raised while the agent is built; a suite's
-        # missing package, where no env was built before the script ran.
+        # missing package, where no env was built before the script ran;
+        # settings only an output can check (W&B without credentials).
         if config.replicas > 1:
             _end_replica(e, code=2)
         print(f'error: {e}', file=sys.stderr)
@@ -83,7 +84,8 @@ def main(argv=None):
             _end_disk_full(config, full)
         if config.replicas > 1:
             _end_replica(e)
-        if _platform_error(e):  # jax.platform names a device JAX lacks.
+        # jax.platform names a device JAX lacks; a role's usage error.
+        if _platform_error(e) or _role_usage_error(e):
             print(f'error: {e}', file=sys.stderr)
             sys.exit(2)
         raise
@@ -107,6 +109,13 @@ def _platform_error(error):
     # Looked up, not imported: importing embodied.jax imports JAX.
     runtime = sys.modules.get('embodied.jax.runtime')
     return runtime is not None and isinstance(error, runtime.PlatformError)
+
+
+def _role_usage_error(error):
+    """Whether a role of the parallel runner ended by a usage error (the
+    logger process's W&B output without credentials)."""
+    return isinstance(error, rpc.WorkerFailed) and str(
+        error.error or '').startswith('UsageError:')
 
 
 def _end_replica(error, code=1):

@@ -19,6 +19,7 @@ import sys
 import numpy as np
 import pytest
 
+import helpers
 import launch
 from tests.run.parallel import test_parallel
 
@@ -176,6 +177,10 @@ NOT_RUN = {
     'pip install': 'installs into that environment',
     'python -m pytest': 'the test suite itself',
     'tensorboard': 'a server that runs until stopped',
+    'wandb': "W&B's own command, which talks to W&B's servers",
+    'python -m embodied.main --configs cartpole --logdir logdir/cartpole --logger.outputs jsonl wandb --logger.wandb.project cartpole --logger.wandb.group dreamer':
+        'needs a W&B account (the offline command below it runs here; '
+        'tests/outputs/test_wandb.py runs the output offline)',
     'git clone': 'fetches the original for the tests that compare with it',
     # docs/hosts.md: replicas need several commands at once (or a cluster);
     # tests/run/test_replicas.py runs two replicas on loopback and reads
@@ -428,6 +433,12 @@ def test_doc_command(tmp_path, command):
     if '--logger.outputs' in flags and 'tensorboard' in flags:
         logdir = pathlib.Path(flags[flags.index('--logdir') + 1])
         assert list(logdir.glob('events.out.tfevents.*')), list(logdir.iterdir())
+    if '--logger.outputs' in flags and 'wandb' in flags:
+        logdir = pathlib.Path(flags[flags.index('--logdir') + 1])
+        runs = helpers.wandb_offline_runs(logdir, launch.env())  # Finished.
+        scores = [row['episode/score'] for row in runs[-1][1].values()
+                  if 'episode/score' in row]
+        assert scores, runs
     if '--run.eval_video' in flags:
         logdir = pathlib.Path(flags[flags.index('--logdir') + 1])
         assert list((logdir / 'videos').glob('*.gif')), output[-3000:]

@@ -11,11 +11,12 @@ and what is allowed:
                            globals in `arguments.GLOBALS`); what every entry
                            point may call on the args it was given
     check_config(config)   a full config: the args plus the keys only
-                           `embodied.main` reads (replay, logger)
+                           `embodied.main` reads (replay, logger.outputs)
 
 `embodied.main` turns `BadValue` into its usage error (exit status 2).
 """
 
+import importlib.util
 import math
 import numbers
 import re
@@ -131,8 +132,34 @@ def check_config(config, replays=True):
     if replays:
         problems += _replay_problems(config)
     problems += _mesh_problems(config)
+    problems += _logger_problems(config)
     if problems:
         raise BadValue(problems)
+
+
+LOGGER_OUTPUTS = ('jsonl', 'tensorboard', 'wandb', 'scope')
+# The scripts whose process writes metrics (replica 0's only).
+_LOGGER_SCRIPTS = ('train', 'train_eval', 'eval_only', 'parallel')
+
+
+def _logger_problems(config):
+    """Unknown names in logger.outputs, and the wandb output where its
+    package is missing in a process that would write to it."""
+    logger = config.get('logger')
+    if not logger:
+        return []
+    outputs = tuple(logger.get('outputs', ()))
+    problems = [
+        _problem('logger.outputs', name, f'names among {LOGGER_OUTPUTS}')
+        for name in outputs if name not in LOGGER_OUTPUTS]
+    writes = (config.get('script') in _LOGGER_SCRIPTS
+              and not config.get('replica', 0))
+    if writes and 'wandb' in outputs and not importlib.util.find_spec(
+            'wandb'):
+        problems.append(_problem(
+            'logger.outputs', 'wandb',
+            "the wandb package for it: pip install 'embodied[wandb]'"))
+    return problems
 
 
 def _mesh_problems(config):

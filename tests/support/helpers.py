@@ -1,5 +1,8 @@
 """Small helpers shared by several test modules."""
 
+import json
+import subprocess
+import sys
 import threading
 
 import elements
@@ -69,3 +72,28 @@ class LockedCheckpoint:
     def save(self, tag):
         assert self.lock.locked(), 'saved without holding the lock'
         self.saved.append(tag)
+
+
+def wandb_offline_runs(logdir, env=None):
+    """The W&B offline runs in `logdir/wandb`, oldest first, each as (run
+    record, {step: history row}, run folder), read with wandb's own reader
+    of `.wandb` files (`wandb leet inspect --json`). Fails for a run that
+    was not finished (no exit record)."""
+    runs = []
+    for folder in sorted((logdir / 'wandb').glob('offline-run-*')):
+        result = subprocess.run(
+            [sys.executable, '-m', 'wandb', 'leet', 'inspect', '--json',
+             str(folder)], capture_output=True, text=True, timeout=120,
+            env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        records = [json.loads(line) for line in result.stdout.splitlines()]
+        run = next(r['run'] for r in records if r['type'] == 'run')
+        history = {}
+        for record in records:
+            if record['type'] == 'history':
+                row = record['history']
+                history[row['step']['num']] = row['item']
+        assert any(r['type'] == 'exit' for r in records), (
+            f'{folder}: the run was not finished')
+        runs.append((run, history, folder))
+    return runs
