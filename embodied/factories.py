@@ -43,13 +43,23 @@ def make_args(config):
     return arguments.from_config(config)
 
 
-def replay_spaces(config):
+def env_spaces(config, factory=None):
+    """The observation and action spaces of env 0 of `factory(config,
+    index)`: a script's own env factory, else `make_env` (the run's
+    `--task`)."""
+    env = (factory or make_env)(config, 0)
+    try:
+        return env.obs_space, env.act_space
+    finally:
+        env.close()
+
+
+def replay_spaces(config, make_env=None):
     """The spaces of one stored step: observations, actions and the replay
     context the agent writes back (agents declare it with an optional static
-    method `replay_context_spaces(obs_space, act_space, config)`)."""
-    env = make_env(config, 0)
-    obs_space, act_space = env.obs_space, env.act_space
-    env.close()
+    method `replay_context_spaces(obs_space, act_space, config)`). The envs
+    are those of `make_env` (see `env_spaces`)."""
+    obs_space, act_space = env_spaces(config, make_env)
     spaces = {**obs_space, **act_space}
     if not config.random_agent:
         ctor = _import(agent_path(config.agent_impl))
@@ -59,14 +69,15 @@ def replay_spaces(config):
     return spaces
 
 
-def make_agent(config):
+def make_agent(config, make_env=None):
+    """The agent, for the spaces of the envs of `make_env(config, index)`: a
+    script's own env factory, else the run's `--task`."""
     if config.replicas > 1 and not config.random_agent:
         _join_replicas(config)
-    env = make_env(config, 0)
+    obs_space, act_space = env_spaces(config, make_env)
     obs_space = {
-        k: v for k, v in env.obs_space.items() if not k.startswith('log/')}
-    act_space = {k: v for k, v in env.act_space.items() if k != 'reset'}
-    env.close()
+        k: v for k, v in obs_space.items() if not k.startswith('log/')}
+    act_space = {k: v for k, v in act_space.items() if k != 'reset'}
     if config.random_agent:
         return embodied.RandomAgent(obs_space, act_space)
     ctor = _import(agent_path(config.agent_impl))

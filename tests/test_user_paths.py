@@ -165,9 +165,16 @@ def test_suite_parallel(tmp_path, block):
 # README.md and docs/*.md
 
 
+# Pages whose commands a test of their own runs, checking more than this
+# file does, and that test.
+RUN_ELSEWHERE = {
+    'own-environment.md': 'tests/test_own_env_page.py (each run trained)',
+}
 # Pages whose shell commands run below, README.md first: a command that
 # stands on several pages runs once.
-PAGES = [README, *sorted((launch.ROOT / 'docs').rglob('*.md'))]
+PAGES = [README, *sorted(
+    page for page in (launch.ROOT / 'docs').rglob('*.md')
+    if page.name not in RUN_ELSEWHERE)]
 
 # Commands of those pages that are not runs of this package, and why they
 # are not run here.

@@ -209,3 +209,97 @@ def test_a_broken_env_leaves_a_saved_run_as_it_was(tmp_path):
         '(tests/support/fixtures/own_envs.py:11)'], result.stderr
     assert sorted((p, p.stat().st_mtime_ns)
                   for p in logdir.rglob('*')) == before
+
+
+# Where the run finds your module: its working directory, in every process
+
+
+def working_directory(tmp_path):
+    """A project folder holding a module of the user's own (the corridor
+    as `my_corridor`, on no path) and `embodied_cli.py` elsewhere: a
+    launcher like the `embodied` command, whose folder, not the working
+    directory, is `sys.path[0]`."""
+    project = tmp_path / 'project'
+    project.mkdir()
+    (project / 'my_corridor.py').write_text(
+        (EXAMPLES / 'corridor.py').read_text())
+    (tmp_path / 'bin').mkdir()
+    cli = tmp_path / 'bin' / 'embodied_cli.py'
+    cli.write_text(  # As pip writes the `embodied` command.
+        'import sys\nfrom embodied.main import main\n'
+        'if __name__ == "__main__":\n    sys.exit(main())\n')
+    return project, cli
+
+
+def start(argv, cwd, logfile):
+    return subprocess.Popen(
+        argv, cwd=cwd, env=launch.env(), stdout=open(logfile, 'w'),
+        stderr=subprocess.STDOUT)
+
+
+def finish(procs, logs, timeout=300):
+    try:
+        codes = [proc.wait(timeout) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    outputs = [log.read_text() for log in logs]
+    for code, output in zip(codes, outputs):
+        assert code == 0 and 'Traceback' not in output, output[-3000:]
+    return outputs
+
+
+@pytest.mark.slow
+def test_workers_and_env_commands_import_a_module_of_the_working_directory(
+        tmp_path):
+    """A `parallel` launch through the launcher (the working directory is
+    not sys.path[0]) and its envs as a separate `parallel_envs` command,
+    both started in the project folder: the launch builds env 0 and the
+    command's spawned env workers step the module's envs."""
+    from embodied.rpc import addresses
+    project, cli = working_directory(tmp_path)
+    ports = addresses.free_ports(3)
+    common = [
+        '--configs', 'debug', '--task', 'my_corridor:Corridor',
+        '--env.own.length', '3', '--random_agent', 'True',
+        '--run.steps', '150', '--logdir', str(tmp_path / 'run'),
+        '--run.actor_addr', f'localhost:{ports[0]}',
+        '--run.replay_addr', f'localhost:{ports[1]}',
+        '--run.logger_addr', f'localhost:{ports[2]}']
+    logs = [tmp_path / 'main.log', tmp_path / 'envs.log']
+    procs = [
+        start([sys.executable, str(cli), '--script', 'parallel',
+               '--run.remote_envs', 'True', *common], project, logs[0]),
+        start([sys.executable, '-m', 'embodied.main', '--script',
+               'parallel_envs', *common], project, logs[1])]
+    outputs = finish(procs, logs)
+    assert 'Reached run.steps (150)' in outputs[0], outputs[0][-3000:]
+    scores = launch.metrics(tmp_path / 'run', 'scores.jsonl')
+    # Length 3: walking right twice reaches the goal; a random walk in
+    # 4 * 3 steps mostly does too.
+    assert any(row.get('episode/score') == 1 for row in scores), scores
+
+
+@pytest.mark.slow
+def test_replicas_import_a_module_of_the_working_directory(tmp_path):
+    """Two replicas on loopback (`--script train`, whose envs step in
+    spawned processes), each started through the launcher in the project
+    folder; the testing agent keeps it short."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    project, cli = working_directory(tmp_path)
+    logs = [tmp_path / f'replica{i}.log' for i in range(2)]
+    procs = [start([
+        sys.executable, str(cli), '--configs', 'debug', '--script', 'train',
+        '--task', 'my_corridor:Corridor', '--agent_impl', 'testing',
+        '--run.steps', '60', '--run.envs', '2', '--run.eval_envs', '0',
+        '--logdir', str(tmp_path / 'run'), '--replica', str(i),
+        '--replicas', '2', '--jax.coordinator_address', f'127.0.0.1:{port}'],
+        project, log) for i, log in enumerate(logs)]
+    outputs = finish(procs, logs)
+    for output in outputs:
+        assert '[Summary] steps=60' in output, output[-3000:]
+    assert launch.metrics(tmp_path / 'run', 'scores.jsonl')
