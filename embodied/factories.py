@@ -31,6 +31,8 @@ SUITES = {
     'crafter': 'embodied.envs.crafter:Crafter',
     'pinpad': 'embodied.envs.pinpad:PinPad',
     'bsuite': 'embodied.envs.bsuite:BSuite',
+    'memmaze': 'embodied.envs.memmaze:MemMaze',
+    'loconav': 'embodied.envs.loconav:LocoNav',
 }
 
 AGENTS = {
