@@ -32,6 +32,8 @@ import re
 import sys
 import traceback
 
+import elements
+
 from embodied.config import UsageError
 
 BLOCK = 'own'  # The config block of the factory's keys: env.own.
@@ -142,7 +144,6 @@ def config_keys(factory, task):
 
 def with_keys(config, task):
     """`config` with the `env.own` keys of the factory that `task` names."""
-    import elements
     keys = config_keys(load(task), task)
     flat = {k: v for k, v in config.flat.items()
             if not k.startswith(f'env.{BLOCK}.')}
@@ -180,7 +181,6 @@ def adapt(env, task):
     """`env` as an `embodied.Env`: as it is, or through the gymnasium or
     dm_env adapter."""
     from embodied.core import base
-    from embodied.envs import adapter
     if isinstance(env, base.Env):
         return env
     if hasattr(env, 'observation_space') and hasattr(env, 'action_space'):
@@ -192,10 +192,7 @@ def adapt(env, task):
             f'--task {task}: {split(task)[1]} returned an object of type '
             f'{type(env).__name__}, which is neither an embodied.Env, a '
             f'gymnasium env nor a dm_env env.')
-    try:
-        return wrap(env)
-    except adapter.UnsupportedSpace as e:
-        raise UsageError(f'--task {task}: {e}') from None
+    return call(wrap, task, (env,), name=f'{wrap.__name__}(env)')
 
 
 def describe(error):
