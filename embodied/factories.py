@@ -33,6 +33,9 @@ SUITES = {
     'bsuite': 'embodied.envs.bsuite:BSuite',
     'memmaze': 'embodied.envs.memmaze:MemMaze',
     'loconav': 'embodied.envs.loconav:LocoNav',
+    'procgen': 'embodied.envs.procgen:ProcGen',
+    'dmlab': 'embodied.envs.dmlab:DMLab',
+    'minecraft': 'embodied.envs.minecraft:Minecraft',
 }
 
 AGENTS = {

@@ -13,9 +13,10 @@ class MissingPackage(UsageError):
 
 def need(module, task, extra, package=None, how=''):
     """Returns the imported `module`, or raises MissingPackage naming the
-    task, `pip install 'embodied[extra]'` and, in `how`, what the package
-    needs beyond pip. An ImportError from inside an installed package (a
-    broken install) propagates as it is."""
+    task, `pip install 'embodied[extra]'` (unless `extra` is None: a
+    package pip cannot install) and, in `how`, what the package needs
+    beyond pip. An ImportError from inside an installed package (a broken
+    install) propagates as it is."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
@@ -23,6 +24,9 @@ def need(module, task, extra, package=None, how=''):
         if e.name is None or e.name.split('.')[0] != root:
             raise
     package = package or root
+    if extra is None:
+        raise MissingPackage(
+            f'--task {task} needs {package}, which is not installed. {how}')
     how = f' {how}' if how else ''
     raise MissingPackage(
         f"--task {task} needs {package}, which is not installed: "

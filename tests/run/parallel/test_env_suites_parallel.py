@@ -47,6 +47,10 @@ SUITES = {
         '--configs', 'loconav', 'debug', '--run.steps', '200',
         '--run.train_ratio', '32', '--env.loconav.use_seed', 'True'), None,
         'dreamerv3'),
+    # procgen-gym installs on Python >= 3.13 only: not in CI (3.11).
+    'procgen': ('procgen_gym', (
+        '--configs', 'procgen', 'debug', '--run.steps', '300',
+        '--env.procgen.use_seed', 'True'), None),
 }
 # The image the agent sees, where it is not `image`.
 IMAGE_KEYS = {'loconav': 'walker_egocentric_camera'}
@@ -151,9 +155,11 @@ def test_suite_modules_import_without_their_packages():
         ['embodied.envs.atari', 'embodied.envs.crafter', 'embodied.envs.dmc',
          'embodied.envs.pinpad', 'embodied.envs.bsuite',
          'embodied.envs.memmaze', 'embodied.envs.loconav',
-         'embodied.main'],
+         'embodied.envs.procgen', 'embodied.envs.dmlab',
+         'embodied.envs.minecraft', 'embodied.main'],
         ['ale_py', 'crafter', 'dm_control', 'mujoco', 'cv2', 'PIL', 'bsuite',
-         'memory_maze', 'labmaze'])
+         'memory_maze', 'labmaze', 'procgen_gym', 'gymnasium',
+         'deepmind_lab', 'minerl'])
 
 
 def test_unknown_suite_names_the_real_ones():
