@@ -3,7 +3,12 @@ page runs exactly as written, from a folder that holds the checkout's
 `examples/` (so the page's relative paths hold and its logdirs land in the
 test's folder), and each run must have trained: it reached its steps, wrote
 finite `train/loss/*` metrics and episode scores, and saved the agent. The
-page's Python excerpts must be parts of the files they name."""
+page's Python excerpts must be parts of the files they name.
+
+The corridor's spaces are those of `cartpole_balance` (a `vector` of 4
+floats, 2 actions), so its `debug` agent compiles the same programs as the
+suite's other `debug` runs and loads them from the compilation cache those
+filled."""
 
 import math
 import re

@@ -3,9 +3,10 @@
     PYTHONPATH=examples/own_env python -m embodied.main --configs debug \
         --script parallel --task corridor:Corridor --logdir logdir/corridor
 
-The observation `vector` is the position and the time, both in [0, 1]; the
-action is 0 (left) or 1 (right); reaching the right end gives reward 1 and
-ends the episode, which is cut after `4 * length` steps.
+The observation `vector` is the position and the time, both in [0, 1], and
+whether a step left and a step right moves; the action is 0 (left) or 1
+(right); reaching the right end gives reward 1 and ends the episode, which
+is cut after `4 * length` steps.
 """
 
 import elements
@@ -28,7 +29,7 @@ class Corridor(embodied.Env):
     @property
     def obs_space(self):
         return {
-            'vector': elements.Space(np.float32, (2,), 0, 1),
+            'vector': elements.Space(np.float32, (4,), 0, 1),
             'reward': elements.Space(np.float32),
             'is_first': elements.Space(bool),
             'is_last': elements.Space(bool),
@@ -56,9 +57,9 @@ class Corridor(embodied.Env):
 
     def observe(self, reward, is_first=False, is_last=False,
                 is_terminal=False):
-        vector = np.array(
-            [self.position / (self.length - 1), self.time / self.limit],
-            np.float32)
+        vector = np.array([
+            self.position / (self.length - 1), self.time / self.limit,
+            self.position > 0, self.position < self.length - 1], np.float32)
         return dict(
             vector=vector, reward=np.float32(reward), is_first=is_first,
             is_last=is_last, is_terminal=is_terminal)

@@ -20,7 +20,7 @@ class Corridor(dm_env.Environment):
         self.time = 0
 
     def observation_spec(self):
-        return specs.BoundedArray((2,), np.float32, 0, 1, name='vector')
+        return specs.BoundedArray((4,), np.float32, 0, 1, name='vector')
 
     def action_spec(self):
         return specs.DiscreteArray(2, name='action')
@@ -40,6 +40,6 @@ class Corridor(dm_env.Environment):
         return dm_env.transition(0.0, self.observe())
 
     def observe(self):
-        return np.array(
-            [self.position / (self.length - 1), self.time / self.limit],
-            np.float32)
+        return np.array([
+            self.position / (self.length - 1), self.time / self.limit,
+            self.position > 0, self.position < self.length - 1], np.float32)

@@ -19,7 +19,7 @@ class Corridor(gymnasium.Env):
             raise ValueError(f'length must be at least 2, got {length}')
         self.length = length
         self.limit = 4 * length
-        self.observation_space = gymnasium.spaces.Box(0, 1, (2,), np.float32)
+        self.observation_space = gymnasium.spaces.Box(0, 1, (4,), np.float32)
         self.action_space = gymnasium.spaces.Discrete(2)
         self.position = 0
         self.time = 0
@@ -38,9 +38,9 @@ class Corridor(gymnasium.Env):
         return self.observe(), float(goal), goal, truncated, {}
 
     def observe(self):
-        return np.array(
-            [self.position / (self.length - 1), self.time / self.limit],
-            np.float32)
+        return np.array([
+            self.position / (self.length - 1), self.time / self.limit,
+            self.position > 0, self.position < self.length - 1], np.float32)
 
 
 gymnasium.register(id='Corridor-v0', entry_point=Corridor)

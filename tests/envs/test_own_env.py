@@ -116,7 +116,7 @@ def test_each_example_walks_to_the_goal(examples, task, keys):
     assert config.env.get('own') == keys
     env = main.make_env(config, 0)
     assert {k: (v.dtype, v.shape) for k, v in env.obs_space.items()} == {
-        'vector': (np.float32, (2,)), 'reward': (np.float32, ()),
+        'vector': (np.float32, (4,)), 'reward': (np.float32, ()),
         'is_first': (bool, ()), 'is_last': (bool, ()),
         'is_terminal': (bool, ())}
     assert env.act_space['action'].high == 2
@@ -264,6 +264,8 @@ def test_workers_and_env_commands_import_a_module_of_the_working_directory(
         '--configs', 'debug', '--task', 'my_corridor:Corridor',
         '--env.own.length', '3', '--random_agent', 'True',
         '--run.steps', '150', '--logdir', str(tmp_path / 'run'),
+        # One env: the run steps only once the command's worker is there.
+        '--run.envs', '1', '--run.eval_envs', '0', '--run.actor_batch', '1',
         '--run.actor_addr', f'localhost:{ports[0]}',
         '--run.replay_addr', f'localhost:{ports[1]}',
         '--run.logger_addr', f'localhost:{ports[2]}']
