@@ -73,7 +73,9 @@ LONGEST_FIRST = (
     'tests/run/test_replica_stop.py', 'tests/perf/test_perf_gpu_check.py',
     'tests/jax/test_mesh.py', 'tests/devtools/test_soak.py',
     'tests/test_slurm.py', 'tests/run/test_replicas.py',
-    'tests/run/test_replicas_hosts.py')
+    'tests/run/test_replicas_hosts.py',
+    'tests/run/parallel/test_env_suites_parallel.py',
+    'tests/envs/test_env_bsuite.py')
 
 
 def pytest_collection_modifyitems(config, items):

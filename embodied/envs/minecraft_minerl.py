@@ -35,29 +35,12 @@ def make(resolution=(64, 64), break_speed=100.0):
     obs, reward, done, info), with `resolution` (height, width) frames."""
     adapt_minerl()
     from minerl.herobraine.env_spec import EnvSpec
-    from minerl.herobraine.hero import handler
     from minerl.herobraine.hero import handlers
-    from minerl.herobraine.hero import mc
-    from minerl.herobraine.hero.mc import INVERSE_KEYMAP
-
-    class BreakSpeed(handler.Handler):
-
-        def __init__(self, multiplier):
-            self.multiplier = multiplier
-
-        def to_string(self):
-            return f'break_speed({self.multiplier})'
-
-        def xml_template(self):
-            return '<BreakSpeedMultiplier>{{multiplier}}</BreakSpeedMultiplier>'
 
     class Spec(EnvSpec):
 
         def create_agent_start(self):
-            return [BreakSpeed(break_speed)]
-
-        def create_agent_handlers(self):
-            return []
+            return [break_speed_handler(break_speed)]
 
         def create_server_world_generators(self):
             return [handlers.DefaultWorldGenerator(force_reset=True)]
@@ -72,27 +55,10 @@ def make(resolution=(64, 64), break_speed=100.0):
                 handlers.SpawningInitialCondition(allow_spawning=True)]
 
         def create_observables(self):
-            return [
-                handlers.POVObservation(tuple(resolution)),
-                handlers.FlatInventoryObservation(mc.ALL_ITEMS),
-                handlers.EquippedItemObservation(
-                    mc.ALL_ITEMS, _default='air', _other='other'),
-                handlers.ObservationFromCurrentLocation(),
-                handlers.ObservationFromLifeStats()]
+            return observables(resolution)
 
         def create_actionables(self):
-            items = ['none'] + mc.ALL_ITEMS
-            kw = dict(_other='none', _default='none')
-            keys = [handlers.KeybasedCommandAction(k, INVERSE_KEYMAP[k])
-                    for k in ('forward', 'back', 'left', 'right', 'jump',
-                              'sneak', 'attack')]
-            return keys + [
-                handlers.CameraAction(),
-                handlers.PlaceBlock(items, **kw),
-                handlers.EquipAction(items, **kw),
-                handlers.CraftAction(items, **kw),
-                handlers.CraftNearbyAction(items, **kw),
-                handlers.SmeltItemNearby(items, **kw)]
+            return actionables()
 
         def is_from_folder(self, folder):
             return folder == 'none'
@@ -103,16 +69,63 @@ def make(resolution=(64, 64), break_speed=100.0):
         def determine_success_from_rewards(self, rewards):
             return True
 
-        def create_rewardables(self):
-            return []
-
-        def create_server_decorators(self):
-            return []
-
-        def create_mission_handlers(self):
-            return []
-
-        def create_monitors(self):
-            return []
-
+    for name in EMPTY:
+        setattr(Spec, name, lambda self: [])
     return Spec(name='MineRLEnv-v1').make()
+
+
+# The spec's parts this world has none of.
+EMPTY = (
+    'create_agent_handlers', 'create_rewardables', 'create_server_decorators',
+    'create_mission_handlers', 'create_monitors')
+
+
+def observables(resolution):
+    """Frames, every item's count, the held item, position and life."""
+    from minerl.herobraine.hero import handlers
+    from minerl.herobraine.hero import mc
+    return [
+        handlers.POVObservation(tuple(resolution)),
+        handlers.FlatInventoryObservation(mc.ALL_ITEMS),
+        handlers.EquippedItemObservation(
+            mc.ALL_ITEMS, _default='air', _other='other'),
+        handlers.ObservationFromCurrentLocation(),
+        handlers.ObservationFromLifeStats()]
+
+
+def actionables():
+    """The movement keys, the camera, and placing, equipping, crafting and
+    smelting any item."""
+    from minerl.herobraine.hero import handlers
+    from minerl.herobraine.hero import mc
+    from minerl.herobraine.hero.mc import INVERSE_KEYMAP
+    items = ['none'] + mc.ALL_ITEMS
+    kw = dict(_other='none', _default='none')
+    keys = [handlers.KeybasedCommandAction(k, INVERSE_KEYMAP[k]) for k in (
+        'forward', 'back', 'left', 'right', 'jump', 'sneak', 'attack')]
+    return keys + [
+        handlers.CameraAction(),
+        handlers.PlaceBlock(items, **kw),
+        handlers.EquipAction(items, **kw),
+        handlers.CraftAction(items, **kw),
+        handlers.CraftNearbyAction(items, **kw),
+        handlers.SmeltItemNearby(items, **kw)]
+
+
+def break_speed_handler(multiplier):
+    """The agent-start handler that breaks blocks `multiplier` times as
+    fast as normal."""
+    from minerl.herobraine.hero import handler
+
+    class BreakSpeed(handler.Handler):
+
+        def __init__(self, multiplier):
+            self.multiplier = multiplier
+
+        def to_string(self):
+            return f'break_speed({self.multiplier})'
+
+        def xml_template(self):
+            return '<BreakSpeedMultiplier>{{multiplier}}</BreakSpeedMultiplier>'
+
+    return BreakSpeed(multiplier)
