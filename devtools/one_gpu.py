@@ -2,6 +2,7 @@
 kept, how fast the learner trains, and how long the policy waits.
 
     python -m devtools.one_gpu                           # 8 16 32 64 envs
+    python -m devtools.one_gpu --envs 16                 # thread, process
     python -m devtools.one_gpu --old b7d4394 --rounds 2 --envs 16
     python -m devtools.one_gpu --train_ms 49 --policy_ms 2.1 --env_ms 5
     python -m devtools.one_gpu --envs 16 --run.actor_batch 16
@@ -16,6 +17,19 @@ resizing). The runner's other settings are those of the GPU run it models
 (`--configs atari size12m --run.envs 16 --run.eval_envs 0` on an H200):
 train ratio 32, batch 16 x 64, half the envs per policy batch, two actor
 threads, one env per worker process.
+
+Each setting runs in both modes of `run.policy_process` (`--modes`):
+`thread`, the policy in the agent's process, its calls on the learner's
+stream; `process`, the policy in a process of its own, a second context
+on the device that takes turns with the learner's in time slices of
+`--slice_ms`, where of a policy call's `--policy_ms` only
+`--policy_device_ms` runs on the device (the rest is the host's, beside
+the learner's programs), and the learner's parameters reach it through
+a copy to the host and one to its device (`--copy_ms` each). These two
+times are calibrated to `gpu_check`'s probe of a policy in a second
+process on the H200: the table's head gives the probe run on the model
+beside the H200's figures. A tree without the key `run.policy_process`
+gets no process row.
 
 Columns, over the steady window (from `--warmup` seconds after the first
 progress line to the stop decision): env steps/s; the learner's updates/s
@@ -46,6 +60,9 @@ from embodied.perf import throughput
 
 # The H200 run this model reproduces (atari size12m, 16 envs, 2026-11-26).
 H200 = dict(env_fps=476, learner=72.0, policy_batch_ms=26.4)
+# gpu_check's probe on the H200 (2026-11-27): a policy process's calls at
+# batch 16 while another process trains back to back.
+H200_PROBE = dict(p50=2.66, p95=3.16, learner=91)
 FLAGS = (
     '--agent_impl', 'simulated_gpu:SimulatedGPUAgent',
     '--batch_size', '16', '--batch_length', '64',
@@ -72,6 +89,15 @@ def make_parser():
              'policy_ms / policy_rows')
     parser.add_argument('--env_ms', type=float, default=1.0)
     parser.add_argument('--copy_ms', type=float, default=0.05)
+    parser.add_argument(
+        '--modes', nargs='+', default=['thread', 'process'],
+        choices=['thread', 'process'], help='run.policy_process modes')
+    parser.add_argument(
+        '--policy_device_ms', type=float, default=0.24,
+        help='of --policy_ms, the device part of a call in a policy process')
+    parser.add_argument(
+        '--slice_ms', type=float, default=1.1,
+        help="the device's time slice between two processes' contexts")
     parser.add_argument(
         '--split', type=float, nargs='+', default=[1.0],
         help='the update as several programs, as fractions of train_ms, '
@@ -115,26 +141,50 @@ def main(argv=None):
             if index % 2:
                 order.reverse()
             for envs in args.envs:
-                for tree, root in order:
-                    label = f'@{tree}' if tree else 'working tree'
-                    try:
-                        row = measure(args, envs, root, hook, tmp)
-                    except RuntimeError as e:
-                        print(f'round {index + 1}/{rounds} {label}: {envs} '
-                              f'envs failed: {e}', flush=True)
-                        continue
-                    results.setdefault((tree, envs), []).append(row)
-                    print(f'round {index + 1}/{rounds} {label}: {envs} envs: '
-                          f'{format_cells(row)}', flush=True)
+                for mode in args.modes:
+                    for tree, root in order:
+                        run_one(args, (index, rounds), (tree, root), envs,
+                                mode, (hook, tmp), results)
     table = markdown(args, results, list(trees))
     print(table)
     if args.markdown:
         pathlib.Path(args.markdown).write_text(table + '\n')
 
 
-def measure(args, envs, root, hook, tmp):
-    """One run at `envs` envs in the tree at `root`; its figures."""
-    trace = tmp / f'trace-{os.getpid()}-{envs}.jsonl'
+def run_one(args, rounds, tree, envs, mode, folders, results):
+    """One run of a round; its figures go to `results[tree, envs, mode]`
+    and a line to the output."""
+    (index, count), (tree, root) = rounds, tree
+    name = f'@{tree}' if tree else 'working tree'
+    label = f'round {index + 1}/{count} {name}: {envs} envs, {mode}'
+    if mode == 'process' and not knows_policy_process(root):
+        results[tree, envs, mode] = NO_KEY
+        print(f'{label}: {NO_KEY}', flush=True)
+        return
+    try:
+        row = measure(args, envs, mode, root, *folders)
+    except RuntimeError as e:
+        print(f'{label}: failed: {e}', flush=True)
+        return
+    results.setdefault((tree, envs, mode), []).append(row)
+    print(f'{label}: {format_cells(row)}', flush=True)
+
+
+NO_KEY = 'not run: the tree has no run.policy_process'
+
+
+def knows_policy_process(root):
+    """Whether the tree at `root` has the key `run.policy_process`."""
+    defaults = pathlib.Path(root) / 'configs' / 'defaults.yaml'
+    return defaults.exists() and re.search(
+        r'^\s+policy_process:', defaults.read_text(), re.M) is not None
+
+
+def measure(args, envs, mode, root, hook, tmp):
+    """One run at `envs` envs in `mode` in the tree at `root`; its
+    figures."""
+    name = f'{os.getpid()}-{envs}-{mode}'
+    trace = tmp / f'trace-{name}.jsonl'
     trace.unlink(missing_ok=True)
     k = args.dilate
     options = dict(
@@ -143,7 +193,16 @@ def measure(args, envs, root, hook, tmp):
         report_ms=k * args.train_ms, copy_ms=k * args.copy_ms,
         split=args.split,
         host_policy_ms=k * args.host_policy_ms, copy_every=args.copy_every,
-        trace=str(trace))
+        trace=str(trace), slice_ms=k * args.slice_ms,
+        policy_device_ms=k * args.policy_device_ms)
+    mode_flags = ()
+    if knows_policy_process(root):
+        mode_flags = ('--run.policy_process', mode)
+    if mode == 'process':
+        # The learner's process serves the device; the policy process's
+        # agent is a second context on it.
+        options.update(
+            policy_process=True, device_socket=str(tmp / f'device-{name}'))
     env = {
         simulated_gpu.OPTIONS: json.dumps(options),
         simulated_gpu.ENV_MS: str(k * args.env_ms),
@@ -152,7 +211,8 @@ def measure(args, envs, root, hook, tmp):
         output, _, _, lines, _ = throughput.launch(
             root, 'embodied.run.parallel', args.seconds,
             '--script', 'parallel', '--logdir', os.path.join(logdir, 'run'),
-            *FLAGS, '--run.envs', envs, *args.runner_flags, env=env)
+            *FLAGS, '--run.envs', envs, *mode_flags, *args.runner_flags,
+            env=env)
     snapshots = [json.loads(line) for line in trace.read_text().splitlines()
                  if line.strip()]
     return figures(args, output, lines, snapshots)
@@ -260,31 +320,51 @@ def format_cells(row):
 
 
 def markdown(args, results, trees):
-    """Per envs setting and tree: the median of each figure over the rounds
-    (a range when rounds differ), with the H200 run for calibration."""
+    """Per envs setting, mode and tree: the median of each figure over the
+    rounds, with the H200 run and, for the process mode, the probe on the
+    model, for calibration."""
     lines = [
         f'One simulated GPU: train {args.train_ms:g} ms, policy '
-        f'{args.policy_ms:g} ms (up to {args.policy_rows} rows), env step '
+        f'{args.policy_ms:g} ms (up to {args.policy_rows} rows; '
+        f'{args.policy_device_ms:g} ms of it on the device in a policy '
+        f'process), time slice {args.slice_ms:g} ms, env step '
         f'{args.env_ms:g} ms, time dilated {args.dilate:g}x, update split '
         f'{args.split}, host policy {args.host_policy_ms:g} ms, '
         f'runner flags {" ".join(args.runner_flags) or "none"}; medians over '
-        f'the rounds.', '',
-        '| tree | envs | ' + ' | '.join(t for _, t, _ in COLUMNS) + ' |',
-        '|' + '---|' * (len(COLUMNS) + 2)]
+        f'the rounds.']
+    if 'process' in args.modes:
+        probe = simulated_gpu.probe(
+            args.train_ms, args.policy_ms, args.policy_device_ms,
+            args.slice_ms, calls=2000)
+        lines.append(
+            f"The probe on the model: a policy process's call p50 "
+            f"{probe['p50']:.2f} ms, p95 {probe['p95']:.2f} ms, the learner "
+            f"beside it at {probe['learner']:.1f}% of standalone (H200: "
+            f"{H200_PROBE['p50']} ms, {H200_PROBE['p95']} ms, "
+            f"{H200_PROBE['learner']}%).")
+    titles = ' | '.join(title for _, title, _ in COLUMNS)
+    lines += ['', f'| tree | envs | mode | {titles} |',
+              '|' + '---|' * (len(COLUMNS) + 3)]
     lines.append(
-        f"| H200 run (atari size12m) | 16 | {H200['env_fps']} | "
+        f"| H200 run (atari size12m) | 16 | thread | {H200['env_fps']} | "
         f"{H200['learner']} | – | – | {H200['policy_batch_ms']} | 8 | – |")
     for envs in args.envs:
-        for tree in trees:
-            rows = results.get((tree, envs))
-            name = tree or 'working tree'
-            if not rows:
-                lines.append(f'| {name} | {envs} | failed |')
-                continue
-            cells = [f'{statistics.median(r[k] for r in rows):.{d}f}'
-                     for k, _, d in COLUMNS]
-            lines.append(f'| {name} | {envs} | ' + ' | '.join(cells) + ' |')
+        for mode in args.modes:
+            for tree in trees:
+                lines.append(table_row(results, tree, envs, mode))
     return '\n'.join(lines)
+
+
+def table_row(results, tree, envs, mode):
+    rows = results.get((tree, envs, mode))
+    name = tree or 'working tree'
+    if rows == NO_KEY:
+        return f'| {name} | {envs} | {mode} | {NO_KEY} |'
+    if not rows:
+        return f'| {name} | {envs} | {mode} | failed |'
+    cells = [f'{statistics.median(r[k] for r in rows):.{d}f}'
+             for k, _, d in COLUMNS]
+    return f'| {name} | {envs} | {mode} | ' + ' | '.join(cells) + ' |'
 
 
 if __name__ == '__main__':

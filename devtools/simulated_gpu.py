@@ -36,10 +36,17 @@ its cumulative counters to, a JSON line every `trace_every` seconds),
 `device_socket` (a Unix socket path: the first process that builds the
 agent serves its device there, and an agent built in another process,
 the policy process of `run.policy_process process`, uses it as a second
-context), `slice_ms` (the device's time slice between contexts) and
-`policy_device_ms` (of a policy call's `policy_ms` in a second context,
+context), `slice_ms` (the device's time slice between contexts),
+`policy_device_ms` (of a policy call's `policy_ms` in a policy process,
 the part that runs on the device; the rest, split in two halves around
-it, is the host's and runs beside the other context's programs).
+it, is the host's and runs beside the other context's programs) and
+`policy_process` (true: the agent of each process plays its part of
+`run.policy_process process`: the learner's process counts its updates
+on the device and a thread of it publishes each finished copy of the
+parameters (device to host, `copy_ms`); the policy process, before a
+call that finds a newer copy published, copies it to the device
+(`copy_ms`, in its own context) and acts with it; the lag is the
+learner's updates minus the version acted with).
 
 Env steps take time too: with `EMBODIED_SIMULATED_ENV_MS` set, `install()`
 (called from the `sitecustomize.py` that `one_gpu.py` writes into the
@@ -65,7 +72,7 @@ DEFAULTS = dict(
     train_ms=49.0, policy_ms=2.1, policy_rows=16, policy_scale=1.0,
     report_ms=49.0, copy_ms=0.05, split=[1.0], host_policy_ms=0.0,
     copy_every=1, trace='', trace_every=0.5, device_socket='',
-    slice_ms=1.1, policy_device_ms=0.24)
+    slice_ms=1.1, policy_device_ms=0.24, policy_process=False)
 
 
 class Scheduler:
@@ -207,6 +214,11 @@ class SerialDevice:
         with self._cond:
             self.extra.update(values)
 
+    def shared(self):
+        """The counters the agents add (`count`), now."""
+        with self._cond:
+            return dict(self.extra)
+
     def _finish(self, items):
         for item in items:
             item[2].set()
@@ -244,8 +256,9 @@ class SerialDevice:
 class DeviceServer:
     """Serves a `SerialDevice` to other processes at the Unix socket
     `path`: each connection is one more context (a process's stream).
-    Requests: ('run', kind, ms) answered once the item ran, ('count',
-    values) not answered."""
+    Requests: ('submit', kind, ms), answered in order, each once its item
+    ran, with the device's shared counters then; ('count', values), not
+    answered."""
 
     def __init__(self, device, listener):
         self.device, self.listener = device, listener
@@ -265,50 +278,109 @@ class DeviceServer:
                 daemon=True).start()
 
     def _serve(self, conn, context):
+        import queue
+        submitted = queue.Queue()
+        threading.Thread(target=self._answer, args=(conn, submitted),
+                         daemon=True).start()
         try:
             while True:
                 request = conn.recv()
-                if request[0] == 'run':
-                    self.device.run(request[1], request[2], context)
-                    conn.send(True)
+                if request[0] == 'submit':
+                    submitted.put(
+                        self.device.submit(request[1], request[2], context))
                 else:
                     self.device.count(**request[1])
         except (EOFError, OSError):
-            conn.close()
+            submitted.put(None)
+
+    def _answer(self, conn, submitted):
+        """Answers the connection's items in order (a context's items
+        finish first in, first out)."""
+        while (done := submitted.get()) is not None:
+            done.wait()
+            try:
+                conn.send(self.device.shared())
+            except OSError:
+                break
+        conn.close()
 
 
 class RemoteDevice:
     """A `SerialDevice` of another process (its `DeviceServer`), as a
     context of its own: one connection, whose requests from this process's
     threads queue in order, as the programs of one process do on its one
-    stream."""
+    stream. Once the serving process is gone, every item counts as run at
+    once (the run is ending)."""
 
     def __init__(self, path):
         self.path = path
         self._lock = threading.Lock()
         self._conn = None
+        self._pending = collections.deque()
+        self._shared = {}
+        self._gone = False
 
     def _connection(self):
+        """The connection, made on first use (under `_lock`)."""
         from multiprocessing import connection
+        if self._conn is None:
+            self._conn = connection.Client(self.path, 'AF_UNIX')
+            threading.Thread(target=self._read, args=(self._conn,),
+                             name='simulated_gpu_client', daemon=True).start()
+        return self._conn
+
+    def connect(self):
         with self._lock:
-            if self._conn is None:
-                self._conn = connection.Client(self.path, 'AF_UNIX')
-            return self._conn
+            self._connection()
+
+    def submit(self, kind, ms, context=0):
+        done = threading.Event()
+        with self._lock:
+            if not self._gone:
+                self._pending.append(done)
+                try:
+                    self._connection().send(('submit', kind, ms))
+                    return done
+                except OSError:
+                    self._pending.pop()
+        done.set()
+        return done
 
     def run(self, kind, ms, context=0):
-        conn = self._connection()
-        with self._lock:  # One request at a time: the stream's order.
-            conn.send(('run', kind, ms))
-            conn.recv()
+        self.submit(kind, ms, context).wait()
 
     def count(self, **values):
-        conn = self._connection()
         with self._lock:
-            conn.send(('count', values))
+            if not self._gone:
+                try:
+                    self._connection().send(('count', values))
+                except OSError:
+                    pass
+
+    def shared(self):
+        """The device's shared counters at its last answer."""
+        return dict(self._shared)
+
+    def _read(self, conn):
+        while True:
+            try:
+                shared = conn.recv()
+            except (EOFError, OSError):
+                break
+            with self._lock:
+                self._shared = shared
+                done = self._pending.popleft()
+            done.set()
+        with self._lock:
+            self._gone = True
+            pending, self._pending = self._pending, collections.deque()
+        for done in pending:
+            done.set()
 
     def close(self):
-        if self._conn is not None:
-            self._conn.close()
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
 
 
 def shared_device(options):
@@ -325,7 +397,9 @@ def shared_device(options):
     try:
         listener = connection.Listener(path, 'AF_UNIX')
     except OSError:  # Another process serves it.
-        return RemoteDevice(path), True
+        device = RemoteDevice(path)
+        device.connect()
+        return device, True
     device = local()
     device.server = DeviceServer(device, listener)
     return device, False
@@ -401,31 +475,50 @@ def _make_agent_class():
             self._acting_version = 0
             self._copy = None  # (version, done) of the copy on its way.
             self._version_lock = threading.Lock()
+            if self.options['policy_process']:
+                import queue
+                self._to_publish = queue.Queue()
+                threading.Thread(target=self._publish, daemon=True,
+                                 name='simulated_gpu_publish').start()
 
         def policy(self, carry, obs, mode='train'):
             rows = len(obs['is_first'])
             start = time.monotonic()
             if self.options['host_policy_ms'] > 0:
                 time.sleep(self.options['host_policy_ms'] / 1000)
-            elif self.remote:
-                # A process of its own: the host's part of the call runs
-                # beside the other process's programs.
-                total = self._policy_ms(rows)
-                device = total * self.options['policy_device_ms'] / (
-                    self.options['policy_ms'])
-                time.sleep((total - device) / 2000)
-                self.device.run('policy', device)
-                time.sleep((total - device) / 2000)
+                lag = self._thread_lag()
+            elif self.options['policy_process']:
+                lag = self._act_apart(rows)
             else:
                 self.device.run('policy', self._policy_ms(rows))
+                lag = self._thread_lag()
             waited = time.monotonic() - start
-            with self._version_lock:
-                self._take_copy()
-                lag = self._updates - self._acting_version
             self.device.count(
                 policy_calls=1, policy_rows=rows, policy_seconds=waited,
                 lag_sum=lag)
             return super().policy(carry, obs, mode)
+
+        def _thread_lag(self):
+            with self._version_lock:
+                self._take_copy()
+                return self._updates - self._acting_version
+
+        def _act_apart(self, rows):
+            """A policy call in a policy process: the host's part of the
+            call runs beside the other process's programs; a newer copy of
+            the parameters goes to the device first. Returns its lag."""
+            options = self.options
+            total = self._policy_ms(rows)
+            device = total * options['policy_device_ms'] / options['policy_ms']
+            time.sleep((total - device) / 2000)
+            published = self.device.shared().get('published', 0)
+            if published > self._acting_version:
+                self.device.submit('copy', options['copy_ms'])
+                self._acting_version = published
+            self.device.run('policy', device)
+            lag = self.device.shared().get('updates', 0) - self._acting_version
+            time.sleep((total - device) / 2000)
+            return lag
 
         def train(self, carry, data):
             carry, outs, metrics = super().train(carry, data)
@@ -435,6 +528,8 @@ def _make_agent_class():
                     done.wait()
                 done = self.device.submit(
                     'train', self.options['train_ms'] * part)
+            if self.options['policy_process']:  # For the policy's lag.
+                self.device.count(updates=1)
             with self._version_lock:
                 self._updates += 1
                 self._offer_copy()
@@ -475,6 +570,18 @@ def _make_agent_class():
                 return
             self._copy = (self._updates, self.device.submit(
                 'copy', self.options['copy_ms']))
+            if self.options['policy_process']:
+                self._to_publish.put(self._copy)
+
+        def _publish(self):
+            """The learner's side of a policy process: a thread publishes
+            each copy once it reached the host, off the train loop."""
+            published = 0
+            while True:
+                version, done = self._to_publish.get()
+                done.wait()
+                self.device.count(published=version - published)
+                published = version
 
         def _take_copy(self):
             if self._copy is not None and self._copy[1].is_set():

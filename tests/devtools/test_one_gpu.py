@@ -4,6 +4,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import threading
@@ -191,13 +192,13 @@ def test_the_benchmark_runs_the_runner_on_the_simulated_device(tmp_path):
         [sys.executable, '-m', 'devtools.one_gpu', '--envs', '4',
          '--dilate', '1',
          '--seconds', '24', '--warmup', '2', '--train_ms', '20',
-         '--env_ms', '2', '--markdown', str(table)],
+         '--env_ms', '2', '--modes', 'thread', '--markdown', str(table)],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     rows = [line for line in table.read_text().splitlines()
-            if line.startswith('| working tree | 4 |')]
+            if line.startswith('| working tree | 4 | thread |')]
     assert len(rows) == 1, table.read_text()
-    cells = [float(c) for c in rows[0].strip('|').split('|')[2:]]
+    cells = [float(c) for c in rows[0].strip('|').split('|')[3:]]
     env_fps, learner, busy = cells[:3]
     assert env_fps > 0 and 0 < learner <= 101 and learner <= busy <= 101
 
@@ -290,7 +291,7 @@ def test_a_second_process_is_a_context_of_its_own(tmp_path, monkeypatch):
         'import sys, time\n'
         'from simulated_gpu import RemoteDevice\n'
         f'device = RemoteDevice({socket!r})\n'
-        'device._connection()\n'
+        'device.connect()\n'
         'print("ready", flush=True)\n'
         'sys.stdin.readline()\n'
         'start = time.monotonic()\n'
@@ -321,3 +322,83 @@ def test_a_second_process_is_a_context_of_its_own(tmp_path, monkeypatch):
         other.kill()
         other.wait()
         agent.close()
+
+
+def test_a_remote_context_submits_without_waiting_and_reads_counters(
+        tmp_path):
+    """A `RemoteDevice` (here in the same process: a context of its own
+    all the same) queues items at once and learns the device's shared
+    counters with each answer."""
+    device, remote = simulated_gpu.shared_device(dict(
+        simulated_gpu.DEFAULTS, device_socket=str(tmp_path / 'device')))
+    client, is_remote = simulated_gpu.shared_device(dict(
+        simulated_gpu.DEFAULTS, device_socket=str(tmp_path / 'device')))
+    try:
+        assert not remote and is_remote
+        device.count(updates=3)
+        first = client.submit('train', 60)
+        second = client.submit('policy', 1)
+        assert not first.is_set() and not second.is_set()
+        assert second.wait(5) and first.is_set()  # In order.
+        assert client.shared() == {'updates': 3}
+        assert device.snapshot()['busy'] == pytest.approx(
+            {'train': 0.06, 'policy': 0.001})
+    finally:
+        client.close()
+        device.close()
+
+
+def test_a_policy_process_acts_with_the_published_copy(monkeypatch):
+    """With `policy_process`, the learner's side publishes each copy once
+    it ran; the policy copies a newer one to its device before a call,
+    acts with it and counts the updates since as its lag."""
+    agent, env = make_agent(
+        monkeypatch, train_ms=40, policy_ms=2, policy_device_ms=1,
+        policy_process=True)
+    try:
+        data = batch_of(env, 2, 3)
+        obs = {k: v[:, 0] for k, v in data.items()}
+        _, _, metrics = agent.train(agent.init_train(2), data)
+        dict(metrics)
+        deadline = time.monotonic() + 5
+        while agent.device.shared().get('published') != 1:
+            assert time.monotonic() < deadline, agent.device.shared()
+            time.sleep(0.005)
+        agent.train(agent.init_train(2), data)  # Update 2, not yet copied.
+        agent.policy(agent.init_policy(2), obs)
+        snapshot = agent.device.snapshot()
+        assert snapshot['updates'] == 2 and snapshot['lag_sum'] == 1
+        # Update 1's copy to the host, then to the policy's device; update
+        # 2's copy to the host, queued behind update 2.
+        assert snapshot['items']['copy'] >= 2
+        assert snapshot['busy']['policy'] == pytest.approx(0.001)
+    finally:
+        agent.close()
+
+
+def test_the_table_gives_both_modes_side_by_side_and_the_probe():
+    args = one_gpu.make_parser().parse_args(['--envs', '16'])
+    args.runner_flags = []
+    row = dict(env_fps=500.0, learner=80.0, busy=90.0, policy_wait_ms=3.0,
+               policy_batch_ms=4.0, policy_rows=8.0, lag=1.0)
+    results = {('', 16, 'thread'): [row, {**row, 'learner': 70.0}],
+               ('', 16, 'process'): one_gpu.NO_KEY}
+    table = one_gpu.markdown(args, results, [''])
+    assert '| working tree | 16 | thread | 500 | 75.0 | 90.0 |' in table
+    assert f'| working tree | 16 | process | {one_gpu.NO_KEY} |' in table
+    probe = re.search(r'probe on the model: .* p50 ([\d.]+) ms, .* at '
+                      r'([\d.]+)% of standalone', table)
+    assert float(probe.group(1)) == pytest.approx(2.66, abs=0.1)
+    assert float(probe.group(2)) == pytest.approx(91, abs=1)
+
+
+def test_a_tree_without_the_policy_process_key_gets_no_process_run(
+        tmp_path):
+    (tmp_path / 'configs').mkdir()
+    (tmp_path / 'configs' / 'defaults.yaml').write_text(
+        'defaults:\n  run:\n    agent_process: False\n')
+    args = one_gpu.make_parser().parse_args([])
+    results = {}
+    one_gpu.run_one(args, (0, 1), ('old', tmp_path), 16, 'process',
+                    (tmp_path, tmp_path), results)
+    assert results == {('old', 16, 'process'): one_gpu.NO_KEY}
