@@ -24,6 +24,14 @@ def step_spaces():
     }
 
 
+def discrete_act_space(actions):
+    """The action space of an env with `actions` discrete actions."""
+    return {
+        'action': Space(np.int32, (), 0, actions),
+        'reset': Space(bool),
+    }
+
+
 class Agent:
 
     banner = []

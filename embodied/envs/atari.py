@@ -112,10 +112,7 @@ class Atari(base.Env):
 
     @property
     def act_space(self):
-        return {
-            'action': elements.Space(np.int32, (), 0, len(self.actionset)),
-            'reset': elements.Space(bool),
-        }
+        return base.discrete_act_space(len(self.actionset))
 
     def step(self, action):
         if action['reset'] or self.done:

@@ -72,10 +72,7 @@ class CartPole(base.Env):
 
     @property
     def act_space(self):
-        return {
-            'action': elements.Space(np.int32, (), 0, 2),
-            'reset': elements.Space(bool),
-        }
+        return base.discrete_act_space(2)
 
     @property
     def state(self):

@@ -104,9 +104,7 @@ class DMLab(base.Env):
 
     @property
     def act_space(self):
-        return {
-            'action': elements.Space(np.int32, (), 0, len(self._actions)),
-            'reset': elements.Space(bool)}
+        return base.discrete_act_space(len(self._actions))
 
     def step(self, action):
         if action['reset'] or self._done:

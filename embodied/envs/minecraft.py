@@ -205,9 +205,7 @@ class MinecraftBase(base.Env):
 
     @property
     def act_space(self):
-        return {
-            'action': elements.Space(np.int32, (), 0, len(self._actions)),
-            'reset': elements.Space(bool)}
+        return base.discrete_act_space(len(self._actions))
 
     @property
     def inventory(self):

@@ -116,10 +116,7 @@ class PinPad(base.Env):
 
     @property
     def act_space(self):
-        return {
-            'action': elements.Space(np.int32, (), 0, len(MOVES)),
-            'reset': elements.Space(bool),
-        }
+        return base.discrete_act_space(len(MOVES))
 
     def step(self, action):
         if self.done or action['reset']:

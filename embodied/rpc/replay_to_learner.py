@@ -46,13 +46,14 @@ import functools
 import math
 import mmap
 import os
-import tempfile
 import threading
 import weakref
 
 import numpy as np
 
-SHM_DIR = '/dev/shm'
+from embodied.rpc import shm_files
+
+SHM_DIR = shm_files.SHM_DIR
 PREFIX = 'embodied-slots-'
 _ALIGN = 64  # Bytes; aligned arrays let XLA on CPU use them without a copy.
 
@@ -315,19 +316,15 @@ class SlotRing:
         self.layout = tuple(layout)
         self.signature = signature(self.layout)
         self.stride = slot_bytes(self.layout)
-        _remove_stale(directory)
-        fd, self.path = tempfile.mkstemp(
-            prefix=f'{PREFIX}{os.getpid()}-', dir=directory)
-        try:
+        size = self.stride * slots
+
+        def reserve(fd):
             # Reserves the pages now: a full tmpfs fails here with ENOSPC
             # instead of killing the server with SIGBUS on a later write.
-            os.posix_fallocate(fd, 0, self.stride * slots)
-            self._map = mmap.mmap(fd, self.stride * slots)
-        except BaseException:
-            os.unlink(self.path)
-            raise
-        finally:
-            os.close(fd)
+            os.posix_fallocate(fd, 0, size)
+            return mmap.mmap(fd, size)
+
+        self.path, self._map = shm_files.create(PREFIX, directory, reserve)
         self._lock = threading.Lock()
         self._free = collections.deque(range(slots))
         self._linked = True
@@ -376,42 +373,13 @@ class SlotRing:
         """Removes the file's name; the memory lives on while mapped."""
         if self._linked:
             self._linked = False
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+            shm_files.unlink(self.path)
 
     def close(self):
         """Unlinks the file. The mapping stays until the last batch read
         from it is gone (closing it under live arrays would crash them)."""
         self.unlink()
         self._map = None
-
-
-def _remove_stale(directory):
-    """Deletes ring files whose process died before it unlinked them (it
-    was killed between creating one and the server's first write)."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(PREFIX):].split('-', 1)[0]
-        if name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid)):
-            try:
-                os.unlink(os.path.join(directory, name))
-            except OSError:
-                pass
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # Another user's process.
-    return True
 
 
 def split(target):

@@ -44,7 +44,9 @@ import time
 
 import numpy as np
 
-SHM_DIR = '/dev/shm'
+from embodied.rpc import shm_files
+
+SHM_DIR = shm_files.SHM_DIR
 PREFIX = 'embodied-params-'
 MAGIC = 0x656d62706172616d  # 'embparam'
 _ALIGN = 64
@@ -123,16 +125,8 @@ class ParamWriter:
 
     def __init__(self, layout, directory=None):
         directory = directory or default_directory()
-        remove_stale(directory)
-        fd, self.path = tempfile.mkstemp(
-            prefix=f'{PREFIX}{os.getpid()}-', dir=directory)
-        try:
-            self._mapped = _Mapped(fd, layout, create=True)
-        except BaseException:
-            os.unlink(self.path)
-            raise
-        finally:
-            os.close(fd)
+        self.path, self._mapped = shm_files.create(
+            PREFIX, directory, lambda fd: _Mapped(fd, layout, create=True))
         self.layout = self._mapped.layout
         words = self._mapped.words
         words[_SIGNATURE] = signature(self.layout)
@@ -200,10 +194,7 @@ class ParamWriter:
         """Removes the file's name; the memory lives on while mapped."""
         if self._linked:
             self._linked = False
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+            shm_files.unlink(self.path)
 
     def close(self):
         self.unlink()
@@ -305,28 +296,3 @@ def _copies(views):
 def default_directory():
     """/dev/shm where the machine has it, else the temporary folder."""
     return SHM_DIR if os.path.isdir(SHM_DIR) else tempfile.gettempdir()
-
-
-def remove_stale(directory):
-    """Deletes files of writers that died before they unlinked them."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(PREFIX):].split('-', 1)[0]
-        if name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid)):
-            try:
-                os.unlink(os.path.join(directory, name))
-            except OSError:
-                pass
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # Another user's process.
-    return True

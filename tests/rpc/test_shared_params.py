@@ -138,18 +138,21 @@ def test_reads_beside_a_writing_process_are_never_mixed(shm):
         reader = shared_params.ParamReader(
             path, (('a', '<f4', (256, 1024)),), tries=1000)
         reads = set()
+
+        def read():
+            got = reader.read()
+            if got is not None:
+                _, version, value = got
+                assert np.unique(value['a']).tolist() == [version]
+                reads.add(version)
+            return got
+
         for _ in range(20):
             writer.stdin.write('go\n')
             writer.stdin.flush()
-            while True:
-                got = reader.read()
-                if got is not None:
-                    _, version, value = got
-                    assert np.unique(value['a']).tolist() == [version]
-                    reads.add(version)
-                line = writer.stdout.readline() if got is None else ''
-                if line:
-                    break
+            while read() is not None or not writer.stdout.readline():
+                pass
+            read()  # The round's last generation, whole once the line came.
         assert len(reads) >= 20
         reader.close()
         writer.stdin.write('stop\n')
