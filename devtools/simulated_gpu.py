@@ -198,6 +198,9 @@ class SerialDevice:
     def submit(self, kind, ms, context=0):
         done = threading.Event()
         with self._cond:
+            if self._closed:  # The run is ending: nothing waits for it.
+                done.set()
+                return done
             item, finished = self._scheduler.submit(
                 context, kind, ms / 1000, self._now())
             item[2] = done
@@ -245,8 +248,13 @@ class SerialDevice:
             time.sleep(self._trace_every)
 
     def close(self):
+        """Stops the device; what it still had to run counts as run, so
+        that no other process's call waits for it."""
         with self._cond:
             self._closed = True
+            for queue in self._scheduler.queues.values():
+                self._finish(queue)
+                queue.clear()
             self._cond.notify()
         server = getattr(self, 'server', None)
         if server is not None:

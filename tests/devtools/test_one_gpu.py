@@ -402,3 +402,10 @@ def test_a_tree_without_the_policy_process_key_gets_no_process_run(
     one_gpu.run_one(args, (0, 1), ('old', tmp_path), 16, 'process',
                     (tmp_path, tmp_path), results)
     assert results == {('old', 16, 'process'): one_gpu.NO_KEY}
+
+
+def test_a_closed_device_leaves_no_call_waiting():
+    device = simulated_gpu.SerialDevice()
+    queued = device.submit('train', 10_000)
+    device.close()
+    assert queued.is_set() and device.submit('policy', 10_000).is_set()
