@@ -62,14 +62,16 @@ def batch_of(env, batch, length):
 
 def test_train_returns_at_once_and_its_metrics_wait_for_the_device(
         monkeypatch):
-    agent, env = make_agent(monkeypatch, train_ms=80, policy_ms=1)
+    # The update is long against any stall of a busy machine: the device
+    # sleeps through it, so it costs wall time, not CPU.
+    agent, env = make_agent(monkeypatch, train_ms=1500, policy_ms=1)
     try:
         data = batch_of(env, 2, 3)
         start = time.monotonic()
         carry, outs, metrics = agent.train(agent.init_train(2), data)
-        assert time.monotonic() - start < 0.06  # Dispatched, not run.
+        assert time.monotonic() - start < 1.0  # Dispatched, not run.
         assert metrics['train_batches'] == 1  # Reading waits for it.
-        assert time.monotonic() - start >= 0.08
+        assert time.monotonic() - start >= 1.5
     finally:
         agent.close()
 
