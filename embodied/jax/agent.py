@@ -25,6 +25,12 @@ the column "traces" says when a method can still trace (and take it).
                     thread, while built         run inits)    report, ahead
     stream          the learner thread          none          no
     policy_lag      the learner thread          params        no
+    policy_params   one publisher thread        params        no
+                    (param_sync.Publisher)
+    set_policy_params  one subscriber thread    params        no
+                    (param_sync.Subscriber)
+    updates,        any thread (plain reads)    none          no
+    policy_shardings
     save            any thread (the actor's     state, seed   no
                     server thread in parallel)
     load            the learner, before the     state, seed   no
@@ -203,6 +209,37 @@ class Agent(embodied.Agent):
         learner stops first; `close()` the returned stream then."""
         return embodied.streams.Prefetch(
             st, self._batch_to_device, amount=self.prefetch)
+
+    def policy_params(self):
+        """(version, {name: array}): the newest published copy of the
+        policy's parameters (a copy the next update does not touch) and
+        the update count it is of; for `param_sync.Publisher`."""
+        self._require_policy('policy_params')
+        return self._params.latest()
+
+    def set_policy_params(self, params, version):
+        """Acts with `params` ({name: array} on the policy devices, as
+        `policy_shardings` places them) from the next policy call on; for a
+        policy fed by another process's learner (`param_sync.Subscriber`).
+        `version` is the update count they are of."""
+        self._require_policy('set_policy_params')
+        missing = sorted(set(self._policy_names) - set(params))
+        if missing:
+            raise KeyError(
+                f'set_policy_params: {len(missing)} policy parameters '
+                f'missing, e.g. {", ".join(missing[:5])}.')
+        self._params.replace(
+            {k: params[k] for k in self._policy_names}, int(version))
+
+    @property
+    def policy_shardings(self):
+        """{name: sharding} of the policy's parameters on its devices."""
+        return dict(self._policy_shardings)
+
+    @property
+    def updates(self):
+        """How many updates `train` made (the parameters' version)."""
+        return self._updates
 
     def policy_lag(self):
         """How many updates old the parameters were that the policy acted

@@ -9,6 +9,7 @@ with one replica), and later any policy size that no compiled size fits.
 
 import bisect
 import collections
+import contextlib
 import functools
 import os
 import threading
@@ -36,6 +37,26 @@ PROGRESS_EVERY = 30
 #: The agents' background compile threads; Python waits for them at exit.
 _COMPILING = weakref.WeakSet()
 
+#: The part of the agent that agents built in this process compile ahead
+#: (`building`): None (all), 'policy' or 'learner'.
+_PART = None
+PARTS = (None, 'policy', 'learner')
+
+
+@contextlib.contextmanager
+def building(part):
+    """Agents built inside compile ahead only `part` of their programs:
+    'policy' (a process that only acts: no train or report) or 'learner'
+    (one whose policy acts in another process: no policy). The parallel
+    runner's agent and policy processes build their agents inside it."""
+    global _PART
+    assert part in PARTS, part
+    previous, _PART = _PART, part
+    try:
+        yield
+    finally:
+        _PART = previous
+
 
 def traced_under_lock(fn):
     """`fn` run under `TRACE_LOCK`; for the functions given to `jax.jit`,
@@ -51,13 +72,13 @@ def compiles_learner(config):
     """Whether building the agent compiles train and report ahead: with a
     batch to compile them for, unless the runner never trains."""
     return bool(config.get('batch_size') and config.get('batch_length')
-                and config.get('trains', True))
+                and config.get('trains', True) and _PART != 'policy')
 
 
 def policy_batches(config, enable_policy=True):
     """The policy's batch sizes to compile ahead, {mode: sorted sizes}, from
     `config.policy_batches`; none for an agent without a policy."""
-    if not enable_policy:
+    if not enable_policy or _PART == 'learner':
         return {}
     return {
         mode: sorted({int(x) for x in sizes}) for mode, sizes in

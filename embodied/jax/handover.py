@@ -71,6 +71,12 @@ class PolicyParams:
         with self._lock:
             return self._pending[1] if self._pending else self._params
 
+    def latest(self):
+        """(version, parameters) of the newest copy, offered or acting
+        (neither swaps nor waits)."""
+        with self._lock:
+            return self._pending or (self._version, self._params)
+
     @property
     def version(self):
         return self._version

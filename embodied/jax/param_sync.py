@@ -19,9 +19,10 @@ version)` hands device arrays, already transferred, to the policy.
 Device to host to device: the publisher copies each array to the host
 (`to_host`: `np.asarray`, or with `pinned` through JAX's pinned host memory
 where the device offers it) straight into the buffer's slot; the
-subscriber transfers from the slot to the policy devices (`to_device`,
-never aliasing the slot, waiting until the transfer is done) and checks
-that the slot was not rewritten meanwhile. `embodied.perf.param_transfer`
+subscriber copies the slot to the host, checks that the slot was not
+rewritten meanwhile, and transfers the copy to the policy devices
+(`to_device`, waiting until the transfer is done); a read the writer
+outran is tried again at the next poll. `embodied.perf.param_transfer`
 measures both directions.
 """
 
@@ -161,6 +162,7 @@ class Subscriber:
         self.pinned, self.poll = pinned, poll
         self.version = None  # The installed parameters' version.
         self.reads = 0
+        self.torn = 0  # Reads given up because the writer outran them.
         self.read_seconds = 0.0
         self.error = None
         self._stop = threading.Event()
@@ -175,11 +177,18 @@ class Subscriber:
         """Installs the newest generation if there is a newer one than the
         installed; returns whether it did."""
         start = time.monotonic()
-        got = self.reader.read(lambda views: to_device(
-            views, self.shardings, self.pinned))
+        # A host copy inside the read, the device transfer after it: a
+        # transfer can queue behind the policy's computations on the
+        # device, long enough for the writer to rewrite the slot twice.
+        try:
+            got = self.reader.read()
+        except shared_params.TornRead:
+            self.torn += 1  # The writer outran this read: the next one.
+            return False
         if got is None:
             return False
-        _, version, params = got
+        _, version, host = got
+        params = to_device(host, self.shardings, self.pinned)
         self.install(params, version)
         self.version = version
         self.reads += 1

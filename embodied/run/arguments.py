@@ -11,6 +11,9 @@ resolved.
 """
 
 import functools
+import glob
+import importlib.util
+import os
 
 import elements
 
@@ -25,10 +28,13 @@ GLOBALS = (
 
 
 def from_config(config):
-    """The `args` for the runners from a full config."""
-    return elements.Config(
+    """The `args` for the runners from a full config; `run.policy_process
+    auto` resolved for `jax.platform`."""
+    args = elements.Config(
         **config.run, **{key: config[key] for key in GLOBALS},
         coordinator_address=config.jax.coordinator_address)
+    return args.update(policy_process=policy_process(
+        args, config.jax.platform))
 
 
 def normalize(args):
@@ -42,7 +48,36 @@ def normalize(args):
     validation.check_args(args)
     if args.actor_batch <= 0:
         args = args.update(actor_batch=max(1, args.envs // 2))
+    if args.policy_process == 'auto':
+        args = args.update(policy_process=policy_process(args))
     return args
+
+
+# The packages of JAX's NVIDIA GPU backend.
+CUDA_PLUGINS = ('jax_cuda12_plugin', 'jax_cuda13_plugin')
+
+
+def policy_process(args, platform='auto'):
+    """`run.policy_process` with `auto` resolved: 'process' where JAX
+    runs on an NVIDIA GPU with one replica, else 'thread'. For
+    `jax.platform` auto, a GPU counts when a CUDA backend of JAX is
+    installed and a device node of the NVIDIA driver exists (nothing
+    starts JAX here)."""
+    value = args.get('policy_process', 'auto')
+    if value != 'auto':
+        return value
+    replicas = args.get('replicas', 1)
+    if not isinstance(replicas, int) or replicas > 1 or platform in (
+            'cpu', 'tpu'):
+        return 'thread'
+    if platform == 'auto':
+        chosen = os.environ.get('JAX_PLATFORMS', '')
+        if chosen and not {'cuda', 'gpu'} & set(chosen.split(',')):
+            return 'thread'
+        if not (glob.glob('/dev/nvidia[0-9]*') and any(
+                importlib.util.find_spec(name) for name in CUDA_PLUGINS)):
+            return 'thread'
+    return 'process'
 
 
 def policy_calls(args, script):

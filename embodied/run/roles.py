@@ -1,11 +1,10 @@
 """The roles of the parallel runner, as one table.
 
 Each row names a role once, and the rest derives from it: the workers the
-launcher starts and how (`entry`, `process`), the address keys (`ADDR_KEYS`), the
+launcher starts and how (`start`), the address keys (`ADDR_KEYS`), the
 checkpoint folders (`SAVED`), the scripts that start a role as its own
 command (`SEPARATE`), the launcher's stop order (`stop_stages`) and the
-roles and RPC tables of docs/parallel.md (`parallel.roles_table()`,
-`parallel.rpc_table()`). A new role adds its module, a row here and its
+rows of the key reference. A new role adds its module, a row here and its
 config keys and docs.
 
 The table holds data only (entries are 'module:function' strings), so the
@@ -43,6 +42,13 @@ class Role:
         serves.
     saves: whether it saves under `ckpt/<name>`.
     stop: its stop stages, in order, each as (stage, phase of `PHASES`).
+    only: (run key, value): the role is part of a launch only where
+        `args[key] == value` (None: always).
+    cede: the `run` key of its address while another role of the launch
+        serves at `addr` (the agent's control, once the policy process
+        serves the actor's address).
+    joins: the role whose status its own completes in the launcher's
+        progress lines (the policy's actor counters join the agent's).
     """
 
     name: str
@@ -56,6 +62,22 @@ class Role:
     serves: tuple = ()
     saves: bool = False
     stop: tuple = ()
+    only: tuple = None
+    cede: str = None
+    joins: str = None
+
+    def in_launch(self, args):
+        """Whether this role is part of a launch with `args`."""
+        return self.only is None or args.get(self.only[0]) == self.only[1]
+
+    def addr_key(self, args=None):
+        """The `run` key of its address in a launch with `args` (without
+        `args`: `addr`)."""
+        if self.cede and args is not None and any(
+                role is not self and role.addr == self.addr and
+                role.in_launch(args) for role in TABLE):
+            return self.cede
+        return self.addr
 
     def is_process(self, args):
         if isinstance(self.process, str):
@@ -63,8 +85,10 @@ class Role:
         return self.process
 
     def started_here(self, args):
-        """Whether this launch starts it (not flagged as separate)."""
-        return not (self.separate and args.get(self.separate, False))
+        """Whether this launch starts it: part of the launch and not
+        flagged as separate."""
+        return self.in_launch(args) and not (
+            self.separate and args.get(self.separate, False))
 
     def function(self):
         """The function `entry` names."""
@@ -81,9 +105,19 @@ def _load(path):
 
 
 TABLE = (
+    # First: it quiesces first, resumes last and exits first (its `act`
+    # feeds the replay and the logger).
+    Role('policy', 'Policy',
+         'embodied.run.parallel.policy_process:parallel_policy', ('agent',),
+         addr='actor_addr', only=('policy_process', 'process'),
+         joins='agent',
+         serves=('embodied.run.parallel.actor:ActorRole',
+                 'embodied.run.parallel.policy_process:PolicyControl'),
+         stop=(('envs', 'envs'), ('exit', 'exit'))),
     Role('agent', 'Agent',
          'embodied.run.parallel.agent_process:parallel_agent', ('agent',),
-         addr='actor_addr', process='agent_process', saves=True,
+         addr='actor_addr', cede='agent_addr', process='agent_process',
+         saves=True,
          serves=('embodied.run.parallel.actor:ActorRole',
                  'embodied.run.parallel.agent_process:AgentControl'),
          stop=(('learner', 'drain'), ('envs', 'envs'), ('exit', 'exit'))),
@@ -105,21 +139,35 @@ TABLE = (
 
 ROLES = {role.name: role for role in TABLE}
 SERVED = tuple(role for role in TABLE if role.addr)
-ADDR_KEYS = tuple(role.addr for role in SERVED)
+ADDR_KEYS = tuple(dict.fromkeys(
+    key for role in SERVED for key in (role.addr, role.cede) if key))
 SAVED = tuple(role.name for role in TABLE if role.saves)
 SEPARATE = {role.separate: role for role in TABLE if role.separate}
 BY_WORKER = {role.worker: role for role in TABLE}
 
 
-def addr_key(name):
-    """The `run` key of role `name`'s address."""
-    return ROLES[name].addr
+def addr_key(name, args=None):
+    """The `run` key of role `name`'s address (in a launch with `args`)."""
+    return ROLES[name].addr_key(args)
 
 
-def stop_stages(phase):
-    """(role, stage) of every stop stage in `phase`, in the table's order."""
+def served(args):
+    """The roles with a server in a launch with `args`, in order."""
+    return tuple(role for role in SERVED if role.in_launch(args))
+
+
+def joined(name, args):
+    """Role `name` and, after it, the roles in a launch with `args` that
+    join its status (`joins`), by name: a later one's keys win."""
+    return [name] + [role.name for role in served(args) if role.joins == name]
+
+
+def stop_stages(phase, args=None):
+    """(role, stage) of every stop stage in `phase`, in the table's order
+    (of the roles in a launch with `args`)."""
     assert phase in PHASES, phase
     return [(role.name, stage) for role in TABLE
+            if args is None or role.in_launch(args)
             for stage, at in role.stop if at == phase]
 
 

@@ -61,6 +61,10 @@ _RULES = {
     'replay_context': ('nonnegative_int', 'an integer >= 0'),
     'replicas': ('positive_int', 'an integer >= 1'),
     'replica': ('nonnegative_int', 'an integer >= 0'),
+    'policy_process': ('policy_process', 'auto, thread or process'),
+    'policy_sync_every': ('positive_int', 'an integer >= 1 of updates'),
+    'policy_memory': ('fraction', 'a fraction of GPU memory > 0 and <= 1'),
+    'agent_memory': ('fraction', 'a fraction of GPU memory > 0 and <= 1'),
 }
 
 _CHECKS = {
@@ -69,6 +73,8 @@ _CHECKS = {
     'nonnegative': lambda x: _number(x) and x >= 0,
     'positive_int': lambda x: _integer(x) and x >= 1,
     'nonnegative_int': lambda x: _integer(x) and x >= 0,
+    'fraction': lambda x: _number(x) and 0 < x <= 1,
+    'policy_process': lambda x: x in ('auto', 'thread', 'process'),
 }
 
 
@@ -114,6 +120,12 @@ def check_parallel(args):
             'run.actor_batch', batch,
             f'at most run.envs ({envs}) for the parallel script: a policy '
             f'batch would never fill')])
+    if args.get('policy_process') == 'process' and args.get(
+            'replicas', 1) > 1:
+        raise BadValue([_problem(
+            'run.policy_process', 'process',
+            f'thread or auto with replicas ({args["replicas"]}): a policy '
+            f'process per replica is not supported')])
 
 
 def check_config(config, replays=True):

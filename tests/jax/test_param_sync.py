@@ -129,3 +129,28 @@ def test_a_layout_change_is_refused_by_the_reader(tmp_path):
         publisher.close()
     assert shared_params.PREFIX not in ' '.join(
         p.name for p in tmp_path.iterdir())
+
+
+def test_a_read_the_writer_outran_is_tried_again_later(tmp_path):
+    learner = Learner()
+    publisher = param_sync.Publisher(
+        learner.source, learner.updates, every=1, directory=tmp_path)
+    installed = []
+    subscriber = param_sync.Subscriber(
+        publisher.path, publisher.layout,
+        jax.sharding.SingleDeviceSharding(jax.devices()[0]),
+        lambda params, version: installed.append(version))
+    read = subscriber.reader.read
+
+    def outrun(consume=None):
+        raise shared_params.TornRead('rewritten')
+    try:
+        subscriber.reader.read = outrun
+        assert not subscriber.update()
+        assert subscriber.torn == 1 and not installed
+        subscriber.check()  # No error: the policy acts on.
+        subscriber.reader.read = read
+        assert subscriber.update() and installed == [0]
+    finally:
+        subscriber.close()
+        publisher.close()

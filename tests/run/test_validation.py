@@ -24,6 +24,12 @@ BAD = [
     (('--run.actor_batch', '9'), 'run.actor_batch'),
     (('--run.save_keep', '0'), 'run.save_keep'),
     (('--run.logger_addr', 'localhost:99999'), 'run.logger_addr'),
+    (('--run.policy_process', 'yes'), 'run.policy_process'),
+    (('--run.policy_sync_every', '0'), 'run.policy_sync_every'),
+    (('--run.policy_memory', '1.5'), 'run.policy_memory'),
+    # One policy process per replica is not supported.
+    (('--run.policy_process', 'process', '--replicas', '2'),
+     'run.policy_process'),
 ]
 
 

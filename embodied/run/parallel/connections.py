@@ -47,7 +47,8 @@ def server(args, role, name, **kwargs):
     """The RPC server of `role` (a name of `roles.TABLE`) at its address,
     with the run's credentials and frame limit."""
     return rpc.Server(
-        args[roles.addr_key(role)], name, ipv6=ipv6(args), auth=credentials(args),
+        args[roles.addr_key(role, args)], name, ipv6=ipv6(args),
+        auth=credentials(args),
         max_frame=args.get('max_frame') or DEFAULT_MAX_FRAME, **kwargs)
 
 
@@ -78,11 +79,13 @@ def frame_limit(config, spaces):
 
 
 # The roles whose server is reached from elsewhere when a `run.remote_*`
-# flag is set: a separately started role's own, and the agent's when its
+# flag is set: a separately started role's own, and that of the roles at
+# the actor's address (the agent's, or the policy process's) when their
 # callers, the env workers, are started apart.
 REMOTE_FLAGS = {
     **{role.name: role.separate for role in roles.SERVED if role.separate},
-    'agent': roles.ROLES['envs'].separate}
+    **{role.name: roles.ROLES['envs'].separate for role in roles.SERVED
+       if role.addr == 'actor_addr'}}
 
 
 def is_remote(args, role):
@@ -91,7 +94,7 @@ def is_remote(args, role):
     other than this one's loopback."""
     if args.get(REMOTE_FLAGS.get(role, ''), False):
         return True
-    host, _ = rpc.addresses.split(args[roles.addr_key(role)])
+    host, _ = rpc.addresses.split(args[roles.addr_key(role, args)])
     return host not in ('', 'localhost', 'ip6-localhost', '127.0.0.1', '::1')
 
 
@@ -103,14 +106,17 @@ def connect_timeout(args, role):
     return args.connect_timeout if is_remote(args, role) else None
 
 
-def connect(args, role, name, separate=False, **kwargs):
+def connect(args, role, name, separate=False, wait=False, **kwargs):
     """A client of `role`'s server; `Unreachable` (`Refused` when the server
     refused the secret) after run.connect_timeout when the role is remote
     or this is a command started apart from the main run (`separate`),
-    with a report every run.wait_report seconds while it waits."""
+    with a report every run.wait_report seconds while it waits. With
+    `wait`, no limit: a role of the same launch, however long it builds
+    (the launcher ends the run if it dies)."""
     timeout = args.connect_timeout if separate else connect_timeout(args, role)
+    timeout = None if wait else timeout
     return rpc.connect(
-        args[roles.addr_key(role)], name, timeout,
+        args[roles.addr_key(role, args)], name, timeout,
         report_every=args.wait_report, handshake=handshake(args),
         **kwargs)
 

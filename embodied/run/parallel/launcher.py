@@ -115,8 +115,9 @@ class Launcher:
         args = self.args
         start = time.monotonic()
         servers = ', '.join(
-            f'{role.addr.removesuffix("_addr")} at {args[role.addr]}'
-            for role in roles.SERVED)
+            f'{role.addr_key(args).removesuffix("_addr")} at '
+            f'{args[role.addr_key(args)]}'
+            for role in roles.served(args))
         print(f'Launching {len(self.group.workers) + len(self.envs.slots)} '
               f'workers: {servers}.', flush=True)
         try:
@@ -186,10 +187,12 @@ class Launcher:
             if role in self.clients:
                 continue
             timeout = limit or connections.connect_timeout(self.args, role)
-            addr = self.args[roles.addr_key(role)]
+            key = roles.addr_key(role, self.args)
+            addr = self.args[key]
             report = None
-            if role == 'agent' and not limit and timeout is None:
-                report = self._agent_wait_line(addr)
+            if (roles.ROLES[role].addr == 'actor_addr' and not limit
+                    and timeout is None):
+                report = self._agent_wait_line(role, addr)
             try:
                 self.clients[role] = rpc.connect(
                     addr, f'Launcher{role.title()}', timeout,
@@ -207,10 +210,11 @@ class Launcher:
                     f'The {role} at {addr} did not come up within {timeout} '
                     f's (run.connect_timeout).') from None
 
-    def _agent_wait_line(self, addr):
-        """The launcher's one line while the actor of this launch is not up:
-        the agent is being built (it prints what it compiles), and the env
-        workers of this launch wait for it without lines of their own."""
+    def _agent_wait_line(self, role, addr):
+        """The launcher's one line while `role` (the agent, or the policy
+        process that serves the actor) is not up: it is being built (it
+        prints what it compiles), and the env workers of this launch wait
+        for the actor without lines of their own."""
         start = time.monotonic()
 
         def line():
@@ -218,8 +222,8 @@ class Launcher:
             waiting = (f'{workers} env worker{"s" if workers != 1 else ""} '
                        f'wait for it; ' if workers else '')
             return (
-                f'Launcher: the agent is being built, its actor at {addr} '
-                f'serves once the policy is compiled; {waiting}waited '
+                f'Launcher: the {role} is being built, its server at {addr} '
+                f'serves once it is compiled; {waiting}waited '
                 f'{time.monotonic() - start:.0f} s so far.')
         return line
 
@@ -258,7 +262,7 @@ class Launcher:
             if args.remote_envs and not status['env_steps'] and (
                     time.monotonic() - start > args.connect_timeout):
                 raise rpc.Unreachable(remote_roles.no_envs_message(
-                    args, self._call('agent', 'status'), self.secret_origin))
+                    args, self._agent_status(), self.secret_origin))
             reason = stopping.stop_reason(args, step, start, signal)
             if reason:
                 return reason
@@ -272,8 +276,16 @@ class Launcher:
                 self._print_progress(step)
             signal.event.wait(0.2)
 
+    def _agent_status(self):
+        """The agent's status, completed by the roles that join it
+        (`roles.Role.joins`: the policy process's actor counters)."""
+        status = {}
+        for role in roles.joined('agent', self.args):
+            status.update(self._call(role, 'status'))
+        return status
+
     def _print_progress(self, step):
-        actor = self._call('agent', 'status')
+        actor = self._agent_status()
         replay = self._call('replay', 'status')
         line = self.progress.line(time.monotonic(), step, actor, replay)
         print(f'[Progress] {line}', flush=True)
@@ -350,10 +362,10 @@ class Launcher:
             self._call(role, 'resume')
         self._enter(State.RUNNING)
 
-    @staticmethod
-    def _served():
-        """The roles with a server, by name, in the table's order."""
-        return [role.name for role in roles.SERVED]
+    def _served(self):
+        """The roles of this launch with a server, by name, in the table's
+        order."""
+        return [role.name for role in roles.served(self.args)]
 
     # Stopping.
 
@@ -377,7 +389,7 @@ class Launcher:
         def stages(phase, state):
             return [(state, f"run the {role}'s stop stage {stage}",
                      functools.partial(self._stop_stage, role, stage, saving))
-                    for role, stage in roles.stop_stages(phase)]
+                    for role, stage in roles.stop_stages(phase, self.args)]
 
         steps = stages('begin', drain)  # A crash from here on: no restart.
         if saving:
@@ -418,7 +430,7 @@ class Launcher:
     def _summary(self, step):
         self._print_progress(step)
         summary = self.progress.summary(
-            self._call('agent', 'status'), self.envs.restarts,
+            self._agent_status(), self.envs.restarts,
             score=self._call('logger', 'status')['score'])
         print(f'[Summary] {summary}', flush=True)
 
@@ -471,7 +483,7 @@ class Launcher:
         if error.name in self.envs.names:
             # An env worker can fail before this launch reached every role
             # (the envs talk to the actor directly): reach them to save.
-            served = len(roles.SERVED)
+            served = len(self._served())
             if len(self.clients) < served:
                 self._try(lambda: self._connect(limit=60),
                           'Could not reach every role to save')

@@ -115,7 +115,7 @@ def parallel_learner(agent, barrier, args):
             results.read(*pending)
         replicas.finish(logger, agent)
         final = {**prefix(results.agg.result(), 'train'),
-                 **policy_lag(agent)}
+                 **policy_lag(agent, link)}
         if final:
             logger.add(final).result()
     finally:
@@ -166,7 +166,7 @@ class _Results:
         stats = {'fps/train': self.fps.result()}
         stats.update(reporting.timer_metrics('timer/agent'))
         stats.update(prefix(self.agg.result(), 'train'))
-        stats.update(policy_lag(agent))
+        stats.update(policy_lag(agent, self.link))
         stats.update(prefix(self.usage.stats(), 'usage/agent'))
         for source, stream in sources.items():
             stats.update(prefix(stream.client.stats(), f'client/{source}'))
@@ -187,10 +187,15 @@ def _report(agent, args, link, streams, sources, replicas, logger):
             logger.add(prefix(metrics, source))
 
 
-def policy_lag(agent):
-    """The agent's policy lag metrics (agents that swap parameters to the
-    policy), else none."""
-    return agent.policy_lag() if hasattr(agent, 'policy_lag') else {}
+def policy_lag(agent, link=None):
+    """The policy lag metrics, in updates: of the policy in this process
+    (agents that swap parameters to the policy), or of the policy process
+    that `link.publisher` feeds; else none."""
+    lags = agent.policy_lag() if hasattr(agent, 'policy_lag') else {}
+    publisher = link and link.publisher
+    if publisher is not None:
+        lags = {**lags, **publisher.lags()}
+    return lags
 
 
 def wait_compiled(agent, stop, poll=0.2):

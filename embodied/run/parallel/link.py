@@ -24,6 +24,10 @@ class AgentLink:
     # Written by the learner before `barrier.wait()`, read after it by
     # `save`: the barrier orders the two.
     checkpoint: Any = None
+    # With the policy in a process of its own: the `param_sync.Publisher`
+    # of its parameters, set once by the agent's control thread after
+    # `barrier.wait()`, read by the learner's logs (policy lag).
+    publisher: Any = None
     # Events synchronise themselves. The learner stops when `learner_stop`
     # is set and sets `learner_done` when it has ended; `shutdown` ends the
     # actor's server.
@@ -32,7 +36,7 @@ class AgentLink:
     shutdown: threading.Event = _new(threading.Event)
     # Guarded by `learner_lock`: the learner's progress counters, written by
     # the learner thread and its streams, read by the control's `status`.
-    # Use `count`, `record` and `learner_stats`.
+    # Use `count` and `learner_stats`.
     learner: collections.Counter = _new(collections.Counter)
     learner_lock: threading.Lock = _new(threading.Lock)
 
@@ -40,11 +44,6 @@ class AgentLink:
         """Adds `amount` to the learner's counter `key`."""
         with self.learner_lock:
             self.learner[key] += amount
-
-    def record(self, key, value):
-        """Sets the learner's counter `key` to `value`."""
-        with self.learner_lock:
-            self.learner[key] = value
 
     def learner_stats(self):
         """A copy of the learner's counters."""

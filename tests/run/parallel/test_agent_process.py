@@ -35,8 +35,10 @@ def control():
 def test_the_agent_serves_act_and_the_control_protocol(control):
     # The launcher calls the stages of `roles.TABLE` (test_launcher.py
     # follows its calls in order; test_rpc_table.py checks the stages).
-    assert set(control.server.methods) == {'act', *lifecycle.CONTROL}
-    assert set(AgentControl.RPC) == set(lifecycle.CONTROL)
+    assert set(control.server.methods) == {
+        'act', 'policy_buffer', *lifecycle.CONTROL}
+    assert set(AgentControl.RPC) == {'policy_buffer', *lifecycle.CONTROL}
+    assert control.policy_buffer() == {}  # No policy process to feed.
 
 
 def test_an_unknown_stop_stage_names_the_role_and_stage(control):

@@ -86,19 +86,22 @@ class FakePool:
         self.log.append(('envs', 'kill'))
 
 
-def make_launcher(tmp_path, drained=lambda: True):
+def make_launcher(tmp_path, drained=lambda: True, policy_process='thread'):
     args = arguments.with_defaults(dict(
-        logdir=str(tmp_path), remote_envs=True, drain_timeout=0.2))
+        logdir=str(tmp_path), remote_envs=True, drain_timeout=0.2,
+        policy_process=policy_process))
     factories = dict.fromkeys(
         ('agent', 'logger', 'replay_train', 'replay_eval', 'stream',
          'env_train', 'env_eval'), b'')
     launcher = launcherlib.Launcher(factories, args)
     log = []
+    workers = [('Agent', 'agent'), ('Logger', 'logger'), ('Replay', 'replay')]
+    if policy_process == 'process':
+        workers.append(('Policy', 'policy'))
     launcher.clients = {role: FakeClient(role, log, drained)
-                        for role in ('agent', 'replay', 'logger')}
+                        for _, role in workers}
     launcher.group = rpc.Supervisor()
-    for name, role in (('Agent', 'agent'), ('Logger', 'logger'),
-                       ('Replay', 'replay')):
+    for name, role in workers:
         launcher.group.add(FakeWorker(name, role, log))
     launcher.envs = FakePool(log)
     launcher.env_group.pool = launcher.envs
@@ -180,6 +183,52 @@ def test_a_full_disk_ends_the_roles_in_the_stops_order_without_saving(
         ('agent', 'stop', 'envs'), ('envs', 'wait'),
         ('agent', 'stop', 'exit'), ('replay', 'stop', 'exit'),
         ('logger', 'stop', 'exit')]
+
+
+def test_the_policy_process_drains_first_resumes_last_and_exits_first(
+        tmp_path):
+    launcher, log = make_launcher(tmp_path, policy_process='process')
+    assert sorted(w.name for w in launcherlib.Launcher(
+        dict.fromkeys(launcher_factories(), b''), launcher.args
+    ).group.workers) == ['Agent', 'Logger', 'Policy', 'Replay']
+    launcher._enter(State.RUNNING)
+    assert launcher._save() == STEP
+    assert control(log) == [
+        ('policy', 'quiesce'), *QUIESCE, *SAVE, *RESUME,
+        ('policy', 'resume')]
+    log.clear()
+    launcher._stop('Test stop')
+    assert launcher.state == State.STOPPED
+    policy_quiesce = [('policy', 'quiesce'), *QUIESCE]
+    assert control(log) == [
+        ('envs', 'stopping'), *policy_quiesce,
+        ('agent', 'stop', 'learner'), ('replay', 'stop', 'release'),
+        *policy_quiesce, *SAVE,
+        ('policy', 'stop', 'envs'), ('agent', 'stop', 'envs'),
+        ('envs', 'wait'),
+        ('policy', 'stop', 'exit'), ('agent', 'stop', 'exit'),
+        ('replay', 'stop', 'exit'), ('logger', 'stop', 'exit')]
+
+
+def test_a_dead_policy_process_leaves_the_saving_roles_to_save(tmp_path):
+    launcher, log = make_launcher(tmp_path, policy_process='process')
+    launcher._enter(State.RUNNING)
+    launcher._fail(rpc.WorkerFailed('Policy', -9))
+    assert launcher.state == State.FAILED
+    assert control(log) == [
+        *QUIESCE, *SAVE, ('agent', 'stop', 'exit')]
+
+
+def test_the_thread_mode_starts_no_policy_process(tmp_path):
+    launcher, _ = make_launcher(tmp_path)
+    assert 'Policy' not in [w.name for w in launcherlib.Launcher(
+        dict.fromkeys(launcher_factories(), b''), launcher.args
+    ).group.workers]
+
+
+def launcher_factories():
+    return ('agent', 'logger', 'replay_train', 'replay_eval', 'stream',
+            'env_train', 'env_eval')
 
 
 def test_only_the_named_transitions_are_allowed(tmp_path):

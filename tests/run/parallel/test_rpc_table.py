@@ -76,7 +76,8 @@ def test_each_role_class_has_the_tables_name_and_stop_stages():
 
 def test_the_table_names_each_role_once_and_derives_the_rest():
     assert len(roles.ROLES) == len(roles.TABLE)
-    assert roles.ADDR_KEYS == ('actor_addr', 'replay_addr', 'logger_addr')
+    assert roles.ADDR_KEYS == (
+        'actor_addr', 'agent_addr', 'replay_addr', 'logger_addr')
     assert roles.SAVED == ('agent', 'replay', 'logger')
     from embodied.run import saving
     from embodied.run import validation
@@ -101,7 +102,34 @@ def test_every_run_key_the_table_names_has_a_default():
     from embodied.run import arguments
     defaults = arguments.defaults()
     for role in roles.TABLE:
-        keys = [role.addr, role.separate,
+        keys = [role.addr, role.separate, role.cede,
+                role.only and role.only[0],
                 role.process if isinstance(role.process, str) else None]
         for key in filter(None, keys):
             assert key in defaults, (role.name, key)
+
+
+def test_the_policy_process_takes_the_actors_address_in_process_mode():
+    from embodied.run import arguments
+    for mode, names, agent_key in (
+            ('thread', ['agent', 'replay', 'logger'], 'actor_addr'),
+            ('process', ['policy', 'agent', 'replay', 'logger'],
+             'agent_addr')):
+        args = arguments.normalize(dict(logdir='/tmp/x', policy_process=mode))
+        assert [role.name for role in roles.served(args)] == names
+        assert roles.addr_key('agent', args) == agent_key
+        assert roles.addr_key('policy', args) == 'actor_addr'
+        assert connections.is_remote(
+            args.update(remote_envs=True), names[0])
+    # Its status completes the agent's in the progress lines.
+    assert roles.joined('agent', args) == ['agent', 'policy']
+
+
+def test_auto_is_thread_on_cpu_and_with_replicas():
+    from embodied.run import arguments
+    args = dict(logdir='/tmp/x', policy_process='auto')
+    assert arguments.policy_process(args, 'cpu') == 'thread'
+    assert arguments.policy_process(args, 'cuda') == 'process'
+    assert arguments.policy_process({**args, 'replicas': 2}, 'cuda') == (
+        'thread')
+    assert arguments.normalize(args).policy_process in ('thread', 'process')
