@@ -58,10 +58,11 @@ from devtools import revisions
 from devtools import simulated_gpu
 from embodied.perf import throughput
 
-# The H200 run this model reproduces (atari size12m, 16 envs, 2026-11-26).
+# The H200 run this model reproduces (atari size12m, 16 envs; the rows of
+# docs/benchmarks.md, One GPU).
 H200 = dict(env_fps=476, learner=72.0, policy_batch_ms=26.4)
-# gpu_check's probe on the H200 (2026-11-27): a policy process's calls at
-# batch 16 while another process trains back to back.
+# gpu_check's probe on the H200 (docs/benchmarks.md, One GPU): a policy
+# process's calls at batch 16 while another process trains back to back.
 H200_PROBE = dict(p50=2.66, p95=3.16, learner=91)
 FLAGS = (
     '--agent_impl', 'simulated_gpu:SimulatedGPUAgent',

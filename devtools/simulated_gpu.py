@@ -198,6 +198,9 @@ class SerialDevice:
     def submit(self, kind, ms, context=0):
         done = threading.Event()
         with self._cond:
+            if self._closed:  # The run is ending: nothing waits for it.
+                done.set()
+                return done
             item, finished = self._scheduler.submit(
                 context, kind, ms / 1000, self._now())
             item[2] = done
@@ -245,8 +248,13 @@ class SerialDevice:
             time.sleep(self._trace_every)
 
     def close(self):
+        """Stops the device; what it still had to run counts as run, so
+        that no other process's call waits for it."""
         with self._cond:
             self._closed = True
+            for queue in self._scheduler.queues.values():
+                self._finish(queue)
+                queue.clear()
             self._cond.notify()
         server = getattr(self, 'server', None)
         if server is not None:
@@ -458,135 +466,140 @@ def _options():
     return options
 
 
+class _OnSerialDevice:
+    """`SimulatedGPUAgent`'s methods over those of the test agent: train,
+    report and policy on a `SerialDevice`."""
+
+    def __init__(self, obs_space, act_space, config):
+        super().__init__(obs_space, act_space, config)
+        self.options = _options()
+        self.device, self.remote = shared_device(self.options)
+        self._updates = 0
+        self._acting_version = 0
+        self._copy = None  # (version, done) of the copy on its way.
+        self._version_lock = threading.Lock()
+        if self.options['policy_process']:
+            import queue
+            self._to_publish = queue.Queue()
+            threading.Thread(target=self._publish, daemon=True,
+                             name='simulated_gpu_publish').start()
+
+    def policy(self, carry, obs, mode='train'):
+        rows = len(obs['is_first'])
+        start = time.monotonic()
+        if self.options['host_policy_ms'] > 0:
+            time.sleep(self.options['host_policy_ms'] / 1000)
+            lag = self._thread_lag()
+        elif self.options['policy_process']:
+            lag = self._act_apart(rows)
+        else:
+            self.device.run('policy', self._policy_ms(rows))
+            lag = self._thread_lag()
+        waited = time.monotonic() - start
+        self.device.count(
+            policy_calls=1, policy_rows=rows, policy_seconds=waited,
+            lag_sum=lag)
+        return super().policy(carry, obs, mode)
+
+    def _thread_lag(self):
+        with self._version_lock:
+            self._take_copy()
+            return self._updates - self._acting_version
+
+    def _act_apart(self, rows):
+        """A policy call in a policy process: the host's part of the
+        call runs beside the other process's programs; a newer copy of
+        the parameters goes to the device first. Returns its lag."""
+        options = self.options
+        total = self._policy_ms(rows)
+        device = total * options['policy_device_ms'] / options['policy_ms']
+        time.sleep((total - device) / 2000)
+        published = self.device.shared().get('published', 0)
+        if published > self._acting_version:
+            self.device.submit('copy', options['copy_ms'])
+            self._acting_version = published
+        self.device.run('policy', device)
+        lag = self.device.shared().get('updates', 0) - self._acting_version
+        time.sleep((total - device) / 2000)
+        return lag
+
+    def train(self, carry, data):
+        carry, outs, metrics = super().train(carry, data)
+        done = None
+        for part in self.options['split']:
+            if done:  # The next program once the last one has run.
+                done.wait()
+            done = self.device.submit(
+                'train', self.options['train_ms'] * part)
+        if self.options['policy_process']:  # For the policy's lag.
+            self.device.count(updates=1)
+        with self._version_lock:
+            self._updates += 1
+            self._offer_copy()
+        return carry, _Waiting(outs, done), _Waiting(metrics, done)
+
+    def report(self, carry, data):
+        self.device.run('report', self.options['report_ms'])
+        return super().report(carry, data)
+
+    def stream(self, st):
+        # As our JAX agent: batches read ahead by a background thread
+        # (there it also moves them to the device).
+        import embodied
+        return embodied.streams.Prefetch(st, lambda x: x, amount=2)
+
+    def save(self):
+        self.device.run('save', 0.0)
+        return super().save()
+
+    def close(self):
+        self.device.close()
+
+    def _policy_ms(self, rows):
+        options = self.options
+        extra = max(0, rows - options['policy_rows'])
+        per_row = options['policy_ms'] / options['policy_rows']
+        return options['policy_ms'] + extra * per_row * (
+            options['policy_scale'])
+
+    def _offer_copy(self):
+        """After an update: the policy's copy, unless one is on its way
+        (or, for a host policy, not every `copy_every` updates)."""
+        self._take_copy()
+        if self._copy is not None:
+            return
+        if self.options['host_policy_ms'] > 0 and (
+                self._updates % self.options['copy_every']):
+            return
+        self._copy = (self._updates, self.device.submit(
+            'copy', self.options['copy_ms']))
+        if self.options['policy_process']:
+            self._to_publish.put(self._copy)
+
+    def _publish(self):
+        """The learner's side of a policy process: a thread publishes
+        each copy once it reached the host, off the train loop."""
+        published = 0
+        while True:
+            version, done = self._to_publish.get()
+            done.wait()
+            self.device.count(published=version - published)
+            published = version
+
+    def _take_copy(self):
+        if self._copy is not None and self._copy[1].is_set():
+            self._acting_version = self._copy[0]
+            self._copy = None
+
+
 def _make_agent_class():
     from embodied.agents import testing
 
-    class SimulatedGPUAgent(testing.TestAgent):
+    class SimulatedGPUAgent(_OnSerialDevice, testing.TestAgent):
         """The test agent with train, report and policy on a
         `SerialDevice`; see the module docstring."""
 
         banner = ['SimulatedGPUAgent: the test agent on one simulated GPU']
-
-        def __init__(self, obs_space, act_space, config):
-            super().__init__(obs_space, act_space, config)
-            self.options = _options()
-            self.device, self.remote = shared_device(self.options)
-            self._updates = 0
-            self._acting_version = 0
-            self._copy = None  # (version, done) of the copy on its way.
-            self._version_lock = threading.Lock()
-            if self.options['policy_process']:
-                import queue
-                self._to_publish = queue.Queue()
-                threading.Thread(target=self._publish, daemon=True,
-                                 name='simulated_gpu_publish').start()
-
-        def policy(self, carry, obs, mode='train'):
-            rows = len(obs['is_first'])
-            start = time.monotonic()
-            if self.options['host_policy_ms'] > 0:
-                time.sleep(self.options['host_policy_ms'] / 1000)
-                lag = self._thread_lag()
-            elif self.options['policy_process']:
-                lag = self._act_apart(rows)
-            else:
-                self.device.run('policy', self._policy_ms(rows))
-                lag = self._thread_lag()
-            waited = time.monotonic() - start
-            self.device.count(
-                policy_calls=1, policy_rows=rows, policy_seconds=waited,
-                lag_sum=lag)
-            return super().policy(carry, obs, mode)
-
-        def _thread_lag(self):
-            with self._version_lock:
-                self._take_copy()
-                return self._updates - self._acting_version
-
-        def _act_apart(self, rows):
-            """A policy call in a policy process: the host's part of the
-            call runs beside the other process's programs; a newer copy of
-            the parameters goes to the device first. Returns its lag."""
-            options = self.options
-            total = self._policy_ms(rows)
-            device = total * options['policy_device_ms'] / options['policy_ms']
-            time.sleep((total - device) / 2000)
-            published = self.device.shared().get('published', 0)
-            if published > self._acting_version:
-                self.device.submit('copy', options['copy_ms'])
-                self._acting_version = published
-            self.device.run('policy', device)
-            lag = self.device.shared().get('updates', 0) - self._acting_version
-            time.sleep((total - device) / 2000)
-            return lag
-
-        def train(self, carry, data):
-            carry, outs, metrics = super().train(carry, data)
-            done = None
-            for part in self.options['split']:
-                if done:  # The next program once the last one has run.
-                    done.wait()
-                done = self.device.submit(
-                    'train', self.options['train_ms'] * part)
-            if self.options['policy_process']:  # For the policy's lag.
-                self.device.count(updates=1)
-            with self._version_lock:
-                self._updates += 1
-                self._offer_copy()
-            return carry, _Waiting(outs, done), _Waiting(metrics, done)
-
-        def report(self, carry, data):
-            self.device.run('report', self.options['report_ms'])
-            return super().report(carry, data)
-
-        def stream(self, st):
-            # As our JAX agent: batches read ahead by a background thread
-            # (there it also moves them to the device).
-            import embodied
-            return embodied.streams.Prefetch(st, lambda x: x, amount=2)
-
-        def save(self):
-            self.device.run('save', 0.0)
-            return super().save()
-
-        def close(self):
-            self.device.close()
-
-        def _policy_ms(self, rows):
-            options = self.options
-            extra = max(0, rows - options['policy_rows'])
-            per_row = options['policy_ms'] / options['policy_rows']
-            return options['policy_ms'] + extra * per_row * (
-                options['policy_scale'])
-
-        def _offer_copy(self):
-            """After an update: the policy's copy, unless one is on its way
-            (or, for a host policy, not every `copy_every` updates)."""
-            self._take_copy()
-            if self._copy is not None:
-                return
-            if self.options['host_policy_ms'] > 0 and (
-                    self._updates % self.options['copy_every']):
-                return
-            self._copy = (self._updates, self.device.submit(
-                'copy', self.options['copy_ms']))
-            if self.options['policy_process']:
-                self._to_publish.put(self._copy)
-
-        def _publish(self):
-            """The learner's side of a policy process: a thread publishes
-            each copy once it reached the host, off the train loop."""
-            published = 0
-            while True:
-                version, done = self._to_publish.get()
-                done.wait()
-                self.device.count(published=version - published)
-                published = version
-
-        def _take_copy(self):
-            if self._copy is not None and self._copy[1].is_set():
-                self._acting_version = self._copy[0]
-                self._copy = None
 
     return SimulatedGPUAgent
 

@@ -156,14 +156,14 @@ class Soak:
         args = self.args
         self.start = time.monotonic()
         end = self.start + self.duration
-        next_kill = args.kill_every or None
-        next_term = args.term_every or None
-        tree_kill = self.tree_kill_at or None
+        self.next_kill = args.kill_every or None
+        self.next_term = args.term_every or None
+        self.tree_kill = self.tree_kill_at or None
         # No relaunch, no SIGTERM and no env kill this close to the end:
         # the launch would end before it is up, or before it restarts the
         # killed worker.
-        margin = min(120, self.duration / 6)
-        while time.monotonic() < end - margin:
+        self.margin = min(120, self.duration / 6)
+        while time.monotonic() < end - self.margin:
             t0 = time.monotonic() - self.start
             expected = newest_complete(self.logdir)
             index = len(self.launches)
@@ -177,48 +177,7 @@ class Soak:
             self.launches.append(launch)
             print(f'[soak] t={t0:.0f} s: launch {index} (newest complete '
                   f'save: {expected})', flush=True)
-            progress = Progress(run.logfile, self.start)
-            next_sample = time.monotonic()
-            while run.proc.poll() is None:
-                now = time.monotonic()
-                t = now - self.start
-                progress.poll()
-                if now > run.deadline:
-                    print('[soak] a launch passed its time limit: killing '
-                          'its group.', flush=True)
-                    launch['ended_by'] = 'the time limit'
-                    run.kill()
-                    break
-                if now >= next_sample:
-                    sample = self.sample(run, launch, t, progress)
-                    if sample:
-                        self.samples.append(sample)
-                        print(format_sample(sample), flush=True)
-                    next_sample += args.sample_every
-                if next_term and t >= next_term:
-                    next_term += args.term_every
-                    if t < self.duration - margin:
-                        launch['ended_by'] = 'SIGTERM'
-                        print(f'[soak] t={t:.0f} s: SIGTERM to the run\'s '
-                              'group', flush=True)
-                        os.killpg(run.proc.pid, signal.SIGTERM)
-                        break
-                if tree_kill and t >= tree_kill:
-                    tree_kill = None
-                    launch['ended_by'] = 'SIGKILL of the tree'
-                    print(f'[soak] t={t:.0f} s: SIGKILL of every process of '
-                          'the run', flush=True)
-                    self.kill_tree(run)
-                    break
-                if next_kill and t >= next_kill and (
-                        t < self.duration - margin):
-                    # A kill due while no worker is up (a launch starting)
-                    # comes once one is, not never.
-                    if self.kill_env(run, t):
-                        next_kill += args.kill_every
-                    else:
-                        next_kill = t + 5
-                time.sleep(0.2)
+            self.watch(run, launch)
             launch['code'] = run.wait()
             launch['t1'] = time.monotonic() - self.start
             output = run.output()
@@ -231,6 +190,53 @@ class Soak:
             if launch['ended_by'] == 'run.duration':
                 break
         self.proc = None
+
+    def watch(self, run, launch):
+        """Samples the launch and sends it the faults that fall due, until
+        it ends or a fault (or its time limit) ends it."""
+        args = self.args
+        progress = Progress(run.logfile, self.start)
+        next_sample = time.monotonic()
+        while run.proc.poll() is None:
+            now = time.monotonic()
+            t = now - self.start
+            progress.poll()
+            if now > run.deadline:
+                print('[soak] a launch passed its time limit: killing '
+                      'its group.', flush=True)
+                launch['ended_by'] = 'the time limit'
+                run.kill()
+                return
+            if now >= next_sample:
+                sample = self.sample(run, launch, t, progress)
+                if sample:
+                    self.samples.append(sample)
+                    print(format_sample(sample), flush=True)
+                next_sample += args.sample_every
+            if self.next_term and t >= self.next_term:
+                self.next_term += args.term_every
+                if t < self.duration - self.margin:
+                    launch['ended_by'] = 'SIGTERM'
+                    print(f'[soak] t={t:.0f} s: SIGTERM to the run\'s '
+                          'group', flush=True)
+                    os.killpg(run.proc.pid, signal.SIGTERM)
+                    return
+            if self.tree_kill and t >= self.tree_kill:
+                self.tree_kill = None
+                launch['ended_by'] = 'SIGKILL of the tree'
+                print(f'[soak] t={t:.0f} s: SIGKILL of every process of '
+                      'the run', flush=True)
+                self.kill_tree(run)
+                return
+            if self.next_kill and t >= self.next_kill and (
+                    t < self.duration - self.margin):
+                # A kill due while no worker is up (a launch starting)
+                # comes once one is, not never.
+                if self.kill_env(run, t):
+                    self.next_kill += args.kill_every
+                else:
+                    self.next_kill = t + 5
+            time.sleep(0.2)
 
     def stop(self):
         if self.proc:

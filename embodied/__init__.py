@@ -2,7 +2,9 @@
 
 Importing `embodied` never imports JAX: environment worker processes import
 this package, and JAX is only loaded by `embodied.jax` and the agents that
-use it (reached lazily as `embodied.jax` / `embodied.agents`).
+use it (reached lazily as `embodied.jax` / `embodied.agents`), and
+`embodied.load_policy` (a trained agent in your script, `embodied.policy`)
+imports it when called.
 """
 
 import importlib
@@ -20,4 +22,6 @@ _LAZY = ('jax', 'agents', 'perf', 'plot')
 def __getattr__(name):
     if name in _LAZY:
         return importlib.import_module(f'{__name__}.{name}')
+    if name == 'load_policy':  # `embodied.policy.load_policy`
+        return importlib.import_module(f'{__name__}.policy').load_policy
     raise AttributeError(f"module 'embodied' has no attribute '{name}'")

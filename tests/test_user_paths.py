@@ -169,6 +169,8 @@ def test_suite_parallel(tmp_path, block):
 # file does, and that test.
 RUN_ELSEWHERE = {
     'own-environment.md': 'tests/test_own_env_page.py (each run trained)',
+    'your-policy.md': 'tests/test_policy_page.py (trains, then acts in '
+                      'a fresh process)',
 }
 # Pages whose shell commands run below, README.md first: a command that
 # stands on several pages runs once.

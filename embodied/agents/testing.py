@@ -42,8 +42,8 @@ DEFAULTS = dict(
     train_burn=0.0, check_order=True, check_content=True, replay_outs=False,
     seed=0, batch_size=0, batch_length=0, replay_context=0)
 
-# The burn runs a numpy ufunc over this many float64s per call, about 0.3 ms
-# here. Ufuncs run on one thread (so the thread CPU clock measures all of the
+# The burn runs a numpy ufunc over this many float64s per call, a fraction of
+# a millisecond, fine enough for burns of a few ms. Ufuncs run on one thread (so the thread CPU clock measures all of the
 # burn) and release the GIL while they work, so like an XLA train step the
 # burn lets the actor's threads run meanwhile.
 BURN_SIZE = 32768

@@ -123,9 +123,9 @@ def xla_flags(jaxcfg):
 
     With `jax.debug` (XLA's optimizations off, for a fast compile) the CPU
     backend also emits elementwise fusions with its older LLVM emitters
-    instead of its fusion emitters: at `debug` the train program then
-    compiles in 4.0 s instead of 7.2 s on one CPU device (4.6 s instead of
-    8.0 s on 4 mock devices) and trains as fast (2026-11-28, jax 0.10.2)."""
+    instead of its fusion emitters, which compile the unoptimized train
+    program in about half the time and train as fast (docs/benchmarks.md,
+    "Figures behind settings in the code")."""
     level = getattr(jaxcfg, 'autotune', AUTOTUNE)
     if isinstance(level, bool) or not isinstance(level, int) or not (
             0 <= level <= 4):

@@ -1,8 +1,10 @@
 """One command for a GPU machine: a cold parallel launch, a relaunch, the
-agent's own speed, a cold launch at the default model size, and a policy
-probe in a second process, in one table.
+runner in both modes of `run.policy_process`, the agent's own speed (also
+with each XLA setting flipped), a cold launch at the default model size,
+and a policy probe in a second process, in one table; then the GPU
+targets of a policy process against the measurements.
 
-    python -m embodied.perf.gpu_check                # 326 s on an H200 (2026-11-27)
+    python -m embodied.perf.gpu_check                # on a GPU: see below
     EMBODIED_ORIGINAL_DREAMERV3=/path/to/dreamerv3 \\
         python -m embodied.perf.gpu_check            # plus the original's code
     python -m embodied.perf.gpu_check --quick        # `debug`, on CPU (CI)
@@ -22,22 +24,41 @@ Steps, each in fresh processes:
    `--relaunch_seconds`, on the now warm cache: the agent's compile
    seconds, how many programs it compiled anew (0: the cache served all)
    and the first env step.
-3. `agent_speed` of our DreamerV3 at `--configs` on the warm cache: train
+3. Two more resumes of that logdir on the warm cache, for
+   `--mode_seconds` each: `--run.policy_process thread` (the policy in the
+   agent's process) and `--run.policy_process process` (the policy in a
+   process of its own), with step 1's figures. A runner without the key
+   `run.policy_process` gets a row that says so; a mode that fails gets a
+   row with its last line, and the check goes on.
+4. `agent_speed` of our DreamerV3 at `--configs` on the warm cache: train
    steps/s alone, policy p50 at batch 16; with $EMBODIED_ORIGINAL_DREAMERV3
-   set, the same for the original's agent code on our base.
-4. `--script parallel` at `--default_configs` (default `atari gpu`, the
+   set, the same for the original's agent code on our base. On a GPU
+   (unless `--no-xla_settings`), once more with each of the original's
+   XLA settings flipped, `--jax.deterministic False` and `--jax.autotune
+   4` (XLA's defaults): its programs compile anew, so `build` is that
+   setting's compile and train steps/s its cost in the train step.
+5. `--script parallel` at `--default_configs` (default `atari gpu`, the
    default model size) on an empty cache of its own, ended after
    `--default_seconds` (150) or once it compiled: compile seconds and the
    first env step.
-5. A policy probe: policy p50 and p95 at batch 16 in a second process on
+6. A policy probe: policy p50 and p95 at batch 16 in a second process on
    the same device, alone and while a first process runs train steps back
    to back (each process gets `--memory_fraction` of the GPU's memory), and
    that train rate beside step 3's standalone one.
 
-On an H100 or H200 the steps are sized to about 8 minutes in all: 2
-minutes of run plus its start and cold compile, a 30-s relaunch, 50 train
-steps and 200 policy calls on the warm cache, at most 150 s at the default
-size, and a probe of 200 policy calls alone and 200 beside training.
+On an H100 or H200 the steps are sized to about 11 minutes in all: 2
+minutes of run plus its start and cold compile, a 30-s relaunch, two 75-s
+mode runs, 50 train steps and 200 policy calls on the warm cache (and
+twice 50 train steps after a compile with a setting flipped, about 2
+minutes), at most 150 s at the default size, and a probe of 200 policy
+calls alone and 200 beside training.
+
+After the table, the targets of a policy process (issue 55: one H100 or
+H200, atari size12m, 16 envs) against the two mode rows: the learner at
+least 85% of standalone, the policy batch at most 2x the policy alone
+(the runner's mean policy batch, first request to reply, against step 4's
+p50 at batch 16), the GPU busy at least 90%, env steps/s (steady) at
+least 1.3x the thread mode's.
 
 `--quick` runs the same steps at `debug` on the dummy task with 4 envs and
 short runs that stop at an env step count rather than after seconds, so a
@@ -45,6 +66,7 @@ slow compile on a busy machine cannot use up the run (the CI test runs it
 on CPU). Its "default size" launch is at those same configs, so it starts
 on the runs' warm cache instead of an empty one: a second cold compile of
 the same programs would show nothing the first did not.
+With `--quick` the mode runs are resumes to a step count too.
 `--markdown FILE` also writes the table.
 """
 
@@ -88,6 +110,12 @@ def make_parser():
                         help='length of the cold parallel run, from launch')
     parser.add_argument('--relaunch_seconds', type=float, default=30,
                         help='length of the relaunch')
+    parser.add_argument('--mode_seconds', type=float, default=75,
+                        help='length of each run.policy_process mode run')
+    parser.add_argument(
+        '--xla_settings', action=argparse.BooleanOptionalAction,
+        default=True, help="on a GPU, agent_speed with each of jax."
+        "deterministic and jax.autotune flipped")
     parser.add_argument('--train_steps', type=int, default=50,
                         help="agent_speed's timed train steps")
     parser.add_argument('--policy_calls', type=int, default=200,
@@ -116,55 +144,99 @@ def main(argv=None):
     if args.quick:
         args.configs = args.default_configs = ['debug']
         args.envs, args.seconds, args.relaunch_seconds = 4, 25, 20
+        args.mode_seconds = 20
         args.train_steps, args.policy_calls = 5, 20
         args.default_seconds = 300  # On CPU; it ends once it compiled.
     gpu = shutil.which('nvidia-smi') is not None
     platform = 'cuda' if gpu else 'cpu'
     start = time.monotonic()
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         cache = pathlib.Path(args.cache) if args.cache else tmp / 'jaxcache'
         if cache.exists() and any(cache.iterdir()):
             sys.exit(f'--cache {cache}: the folder is not empty; the cold '
                      f'launch needs an empty cache.')
-        logdir = tmp / 'run'
-        # --quick: 250 steps leave room for the first updates (at debug the
-        # replay's limiter holds the envs back after about 130 steps until
-        # the learner trains); the relaunch resumes near there and needs
-        # only its first steps.
-        run = run_parallel(args, platform, logdir, cache, args.seconds, 250)
-        again = run_parallel(
-            args, platform, logdir, cache, args.relaunch_seconds, 310)
-        speed = agent_speeds(args, platform, tmp, cache)
-        standalone = speed.get('ours', {}).get('train_rate')
-        rows.append((f'parallel, {args.envs} envs, {args.seconds:g} s, '
-                     f'cold cache', format_run(run, standalone)))
-        rows.append(('relaunch (resume, warm cache)',
-                     f"compile {again['compile_s']:.1f} s, "
-                     f"{again['new_programs']} programs compiled anew, "
-                     f"first env step {again['first_step_s']:.1f} s after "
-                     f"launch"))
-        rows += [(f'agent_speed: {name} (warm cache)', format_speed(result))
-                 for name, result in speed.items()]
-        default = run_default(
-            args, platform, tmp, cache if args.quick else tmp / 'default-cache')
-        rows.append((
-            f"parallel at {' '.join(args.default_configs)}, "
-            f"{'warm' if args.quick else 'cold'} cache, "
-            f"at most {args.default_seconds:g} s", format_default(
-                default, args.default_seconds)))
-        probe = policy_probe(args, platform, tmp, cache)
-        rows.append(('policy in a second process, batch 16',
-                     format_probe(probe, standalone)))
+        rows, runs, speed = measure_all(args, platform, tmp, cache)
     device = speed['ours']['device'] if 'ours' in speed else platform
     table = render(args, device, rows, time.monotonic() - start)
-    for name, result in (('cold launch', run), ('relaunch', again)):
+    table += '\n\n' + targets_table(runs, speed.get('ours', {}))
+    for name in ('cold launch', 'relaunch'):
         table += (f'\n\nThe first lines of the {name}:\n\n```\n'
-                  + '\n'.join(result['first_lines']) + '\n```')
+                  + '\n'.join(runs[name]['first_lines']) + '\n```')
     print(table, flush=True)
     if args.markdown:
         pathlib.Path(args.markdown).write_text(table + '\n')
+
+
+def measure_all(args, platform, tmp, cache):
+    """Every step in order: the table's rows, the parallel runs' figures
+    by name ('cold launch', 'relaunch', and each mode: figures or why
+    not), and agent_speed's figures by setup."""
+    logdir = tmp / 'run'
+    # --quick: 250 steps leave room for the first updates (at debug the
+    # replay's limiter holds the envs back after about 130 steps until
+    # the learner trains); each resume goes on to its own step count.
+    runs = {'cold launch': run_parallel(
+        args, platform, logdir, cache, args.seconds, 250)}
+    runs['relaunch'] = run_parallel(
+        args, platform, logdir, cache, args.relaunch_seconds, 310)
+    for mode, steps in (('thread', 370), ('process', 430)):
+        runs[mode] = run_mode(args, platform, logdir, cache, mode, steps)
+    speed = agent_speeds(args, platform, tmp, cache)
+    standalone = speed.get('ours', {}).get('train_rate')
+    again = runs['relaunch']
+    rows = [(f'parallel, {args.envs} envs, {args.seconds:g} s, cold cache',
+             format_run(runs['cold launch'], standalone)),
+            ('relaunch (resume, warm cache)',
+             f"compile {again['compile_s']:.1f} s, "
+             f"{again['new_programs']} programs compiled anew, "
+             f"first env step {again['first_step_s']:.1f} s after launch")]
+    rows += [(f'parallel, {args.envs} envs, run.policy_process {mode}, '
+              f'{args.mode_seconds:g} s, warm cache (resume)',
+              runs[mode] if isinstance(runs[mode], str)
+              else format_run(runs[mode], standalone))
+             for mode in MODES]
+    rows += [(f'agent_speed: {name} (warm cache)', format_speed(
+        result, None if name in ('ours', 'ours+orig agent') else standalone))
+             for name, result in speed.items()]
+    default = run_default(
+        args, platform, tmp, cache if args.quick else tmp / 'default-cache')
+    rows.append((
+        f"parallel at {' '.join(args.default_configs)}, "
+        f"{'warm' if args.quick else 'cold'} cache, "
+        f"at most {args.default_seconds:g} s", format_default(
+            default, args.default_seconds)))
+    probe = policy_probe(args, platform, tmp, cache)
+    rows.append(('policy in a second process, batch 16',
+                 format_probe(probe, standalone)))
+    return rows, runs, speed
+
+
+MODES = ('thread', 'process')
+NO_KEY = 'not run: the runner has no key run.policy_process'
+
+
+def knows_policy_process():
+    """Whether this tree's runner has the key `run.policy_process`."""
+    from embodied import config as configlib
+    return 'run.policy_process' in configlib.load_blocks()['defaults']
+
+
+def run_mode(args, platform, logdir, cache, mode, quick_steps):
+    """A resume of `logdir` with `--run.policy_process mode` for
+    `--mode_seconds`: its figures, or a line that says why there are
+    none."""
+    if not knows_policy_process():
+        print(f'parallel, {mode}: {NO_KEY}', flush=True)
+        return NO_KEY
+    try:
+        return run_parallel(
+            args, platform, logdir, cache, args.mode_seconds, quick_steps,
+            ('--run.policy_process', mode))
+    except RuntimeError as e:
+        last = [x for x in str(e).splitlines() if x.strip()][-1:]
+        print(f'parallel, {mode}: failed: {e}', flush=True)
+        return f"failed: {' '.join(last) or 'no output'}".replace('|', '/')
 
 
 def agent_flags(args, platform):
@@ -199,16 +271,30 @@ def agent_speeds(args, platform, tmp, cache):
             cache=cache if name == 'ours' else None)
         print(f'agent_speed: {name}: {format_speed(results[name])}',
               flush=True)
+    if 'ours' in setups and platform == 'cuda' and args.xla_settings:
+        for setting in XLA_SETTINGS:
+            name = f'ours, --{setting[0]} {setting[1]}'
+            print(f'agent_speed: {name} ...', flush=True)
+            results[name] = agent_speed.measure(
+                setups['ours'], [*flags, *(f'--{setting[0]}', setting[1])],
+                options, tmp, cache=cache)
+            print(f'agent_speed: {name}: {format_speed(results[name])}',
+                  flush=True)
     return results
 
 
-def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
+# The original's XLA settings flipped to XLA's defaults, one at a time.
+XLA_SETTINGS = (('jax.deterministic', 'False'), ('jax.autotune', '4'))
+
+
+def run_parallel(args, platform, logdir, cache, seconds, quick_steps,
+                 extra=()):
     """One `--script parallel` run (a resume when `logdir` has a run) for
-    `seconds`, or with `--quick` to the run's env step `quick_steps`; its
-    summary figures, and the GPU's mean utilization over the steady
-    window."""
+    `seconds`, or with `--quick` to the run's env step `quick_steps`, with
+    the flags `extra`; its summary figures, and the GPU's mean utilization
+    over the steady window."""
     flags = ['--configs', *args.configs, '--run.eval_envs', '0',
-             '--run.log_every', '10', '--jax.platform', platform]
+             '--run.log_every', '10', '--jax.platform', platform, *extra]
     if args.quick:
         flags += ['--task', QUICK_TASK, '--run.duration', '0',
                   '--run.steps', quick_steps]
@@ -216,7 +302,7 @@ def run_parallel(args, platform, logdir, cache, seconds, quick_steps):
            # Only the agent's process uses the GPU; the runner's own setting.
            'JAX_PLATFORMS': 'cpu' if platform == 'cpu' else None}
     print(f'parallel: {seconds:g} s at {" ".join(args.configs)}, '
-          f'{args.envs} envs ...', flush=True)
+          f'{args.envs} envs {" ".join(extra)}...', flush=True)
     programs = cached_programs(cache)
     with GpuUtilization() as gpu:
         # --quick stops at a step count; `seconds` bounds the wait then.
@@ -466,8 +552,12 @@ def format_default(result, seconds):
     return f'{compiled}, {first}'
 
 
-def format_speed(result):
-    return (f"{result['train_rate']:.2f} train steps/s, policy p50 "
+def format_speed(result, standalone=None):
+    """agent_speed's figures; with `standalone`, the train rate also as %
+    of it."""
+    share = (f" ({100 * result['train_rate'] / standalone:.0f}% of the "
+             f"defaults' {standalone:.2f})" if standalone else '')
+    return (f"{result['train_rate']:.2f} train steps/s{share}, policy p50 "
             f"{result['policy_p50_ms']:.2f} ms at batch 16, build "
             f"{result['build']:.1f} s + first train "
             f"{result['first_train']:.1f} s + policy compile "
@@ -476,6 +566,7 @@ def format_speed(result):
 
 
 def format_run(run, standalone):
+    run = {**dict.fromkeys(SUMMARY_KEYS, NAN), **run}
     learner = (f"{100 * run['train_fps'] / standalone:.0f}% of standalone"
                if standalone else 'standalone rate unknown')
     busy = ('–' if run['gpu_busy'] is None else f"{run['gpu_busy']:.0f}%")
@@ -486,6 +577,54 @@ def format_run(run, standalone):
             f"{run['compile_s']:.1f} s, first env step "
             f"{run['first_step_s']:.1f} s, first train step "
             f"{run['first_train_s']:.1f} s after launch")
+
+
+NAN = float('nan')
+SUMMARY_KEYS = ('env_fps', 'train_fps', 'policy_batch_ms',
+                'policy_batch_envs', 'first_step_s')
+
+
+def target_figures(run, speed):
+    """A mode run's figures the targets compare: learner % of standalone,
+    policy batch as a multiple of the policy alone, GPU busy %, steady
+    env steps/s (NaN for what was not measured)."""
+    if not isinstance(run, dict):
+        return dict.fromkeys(('learner', 'batch', 'busy', 'fps'), NAN)
+    run = {**dict.fromkeys(SUMMARY_KEYS, NAN), **run}
+    standalone, alone = speed.get('train_rate'), speed.get('policy_p50_ms')
+    return dict(
+        learner=100 * run['train_fps'] / standalone if standalone else NAN,
+        batch=run['policy_batch_ms'] / alone if alone else NAN,
+        busy=NAN if run.get('gpu_busy') is None else run['gpu_busy'],
+        fps=run.get('steady_fps', NAN))
+
+
+def targets_table(runs, speed):
+    """The GPU targets of a policy process against both mode runs."""
+    thread, process = (target_figures(runs.get(m), speed) for m in MODES)
+    ratio = process['fps'] / thread['fps'] if thread['fps'] else NAN
+    rows = [
+        ('learner at least 85% of standalone', 'learner', '{:.0f}%',
+         process['learner'] >= 85, process['learner']),
+        ('policy batch at most 2x the policy alone', 'batch', '{:.1f}x',
+         process['batch'] <= 2, process['batch']),
+        ('GPU busy at least 90%', 'busy', '{:.0f}%', process['busy'] >= 90,
+         process['busy']),
+        ('env steps/s at least 1.3x the thread mode', 'fps', '{:.0f}',
+         ratio >= 1.3, ratio)]
+    lines = ['| target of a policy process | thread | process | met |',
+             '|---|---|---|---|']
+    for name, key, form, ok, value in rows:
+        cells = [_shown(thread[key], form), _shown(process[key], form)]
+        if key == 'fps':
+            cells[1] += f" ({_shown(ratio, '{:.2f}x')})"
+        met = '–' if value != value else ('yes' if ok else 'no')
+        lines.append(f"| {name} | {' | '.join(cells)} | {met} |")
+    return '\n'.join(lines)
+
+
+def _shown(value, form):
+    return '–' if value != value else form.format(value)
 
 
 def render(args, device, rows, seconds):

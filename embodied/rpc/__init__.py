@@ -4,10 +4,10 @@ Why on portal's internals, and why portal is pinned (pyproject.toml,
 `portal==3.8.3`): the layer keeps portal's protocol (handshake, frames,
 request numbers, wire encoding), so the original's env processes and any
 `portal.Client` talk to our servers, and it replaces the parts of portal
-that cost a small machine most: the client socket's loop (measured: 8
-idle portal clients burn 0.16-0.20 s of CPU per 3 s, ours 0.00-0.01 s;
-a run holds a dozen clients) and the encoder (about 6% more env steps/s,
-docs/benchmarks.md). That needs portal's private classes
+that cost a small machine most: the client socket's loop (portal's keeps
+polling while idle, ours sleeps; a run holds a dozen clients) and the
+encoder (figures in docs/benchmarks.md, "Figures behind settings in the
+code"). That needs portal's private classes
 (`ClientSocket._loop`, `ServerSocket._recv`/`_handshake`, the attributes
 `portal.Client.__init__` sets, `packlib`), which a portal release may change
 without notice. Owning the whole protocol would mean rewriting sockets,

@@ -18,8 +18,7 @@ with `SlotWriter`); the slots are one file under /dev/shm (`SlotRing`).
         return producer.answer(target, make, layout, make_into)
 
 With images a batch is a megabyte or more, and over loopback TCP each costs
-a send and a receive of all its bytes (about 0.5 ms of CPU on each side on
-a small machine). So the consumer asks plainly until the first batch shows
+a send and a receive of all its bytes, CPU on each side. So the consumer asks plainly until the first batch shows
 the layout; then it keeps a ring of batch-sized slots in one file under
 /dev/shm (`SlotRing`, `per_request` batches a round trip) and names free
 ones in each request. The producer makes each batch in the slot where it

@@ -1,10 +1,11 @@
 """The roles of the parallel runner, as one table.
 
 Each row names a role once, and the rest derives from it: the workers the
-launcher starts and how (`start`), the address keys (`ADDR_KEYS`), the
+launcher starts and how (`entry`, `process`), the address keys (`ADDR_KEYS`), the
 checkpoint folders (`SAVED`), the scripts that start a role as its own
 command (`SEPARATE`), the launcher's stop order (`stop_stages`) and the
-rows of the key reference. A new role adds its module, a row here and its
+roles and RPC tables of docs/parallel.md (`parallel.roles_table()`,
+`parallel.rpc_table()`). A new role adds its module, a row here and its
 config keys and docs.
 
 The table holds data only (entries are 'module:function' strings), so the

@@ -25,7 +25,6 @@ def train_eval(
     loop = looplib.Loop(args, logger)
     step = loop.step
     train_stats = episodeslib.EpisodeStats(logger, 'episode')
-    eval_stats = episodeslib.EpisodeStats(logger, 'eval_episode')
     should_report = embodied.LocalClock(args.report_every, first=True)
 
     trainer = ratio_trainer.RatioTrainer(
@@ -33,34 +32,23 @@ def train_eval(
     train_driver = loop.driver(
         make_env_train, range(args.envs), replay_train.add, train_stats.add,
         trainer.on_step)
-    eval_envs = range(args.envs, args.envs + max(1, args.eval_envs))
-    eval_driver = loop.driver(
-        make_env_eval, eval_envs, replay_eval.add, eval_stats.add,
-        count=False)
-    stream_eval = iter(agent.stream(make_stream(replay_eval, 'eval')))
-    carry_eval = agent.init_report(args.batch_size)
+    evaluation = Evaluation(
+        agent, replay_eval, make_env_eval, make_stream, loop, logger, args)
 
     cp = looplib.restore(
         args, agent, logger, replay_train=replay_train, replay_eval=replay_eval)
 
     def evaluate():
-        nonlocal carry_eval
         if not should_report(step):
             return
         print('Evaluation')
-        eval_driver.reset(agent.init_policy)
-        eval_driver(eval_policy, episodes=args.eval_eps)
-        logger.add(eval_stats.result(), prefix='eval_epstats')
+        evaluation.run_episodes()
         if len(replay_train):
             logger.add(trainer.report(), prefix='report')
-        if len(replay_eval):
-            carry_eval, mets = reporting.report_on(
-                agent, stream_eval, args, carry_eval)
-            logger.add(mets, prefix='eval')
+        evaluation.report()
 
     loop.begin('Start training loop')
     train_policy = lambda *a: agent.policy(*a, mode='train')
-    eval_policy = lambda *a: agent.policy(*a, mode='eval')
     train_driver.reset(agent.init_policy)
     try:
         loop.run(
@@ -70,7 +58,44 @@ def train_eval(
         loop.finish(cp, train_stats, trainer.metrics())
     finally:
         trainer.close()
-        reporting.close_stream(stream_eval)
+        evaluation.close()
         train_driver.close()
-        eval_driver.close()
         logger.close()
+
+
+class Evaluation:
+    """The eval side of `train_eval`: `args.eval_envs` envs (at least one)
+    numbered after the train envs, acting in policy mode 'eval', whose data
+    goes to `replay` and whose episodes to `eval_episode/` metrics, and the
+    report on `replay`."""
+
+    def __init__(self, agent, replay, make_env, make_stream, loop, logger,
+                 args):
+        self.agent = agent
+        self.replay = replay
+        self.logger = logger
+        self.args = args
+        self.stats = episodeslib.EpisodeStats(logger, 'eval_episode')
+        envs = range(args.envs, args.envs + max(1, args.eval_envs))
+        self.driver = loop.driver(
+            make_env, envs, replay.add, self.stats.add, count=False)
+        self.stream = iter(agent.stream(make_stream(replay, 'eval')))
+        self.carry = agent.init_report(args.batch_size)
+
+    def run_episodes(self):
+        """Runs `args.eval_eps` episodes and logs their `eval_epstats/`."""
+        self.driver.reset(self.agent.init_policy)
+        policy = lambda *a: self.agent.policy(*a, mode='eval')
+        self.driver(policy, episodes=self.args.eval_eps)
+        self.logger.add(self.stats.result(), prefix='eval_epstats')
+
+    def report(self):
+        """Logs the agent's report on a batch of the eval replay."""
+        if len(self.replay):
+            self.carry, mets = reporting.report_on(
+                self.agent, self.stream, self.args, self.carry)
+            self.logger.add(mets, prefix='eval')
+
+    def close(self):
+        reporting.close_stream(self.stream)
+        self.driver.close()

@@ -311,11 +311,43 @@ def test_report_carry_matches_the_original(pair):
     data = pair.batch(seed=1)
     B = pair.config.batch_size
     ours_carry, ours = pair.ours.report(pair.ours.init_report(B), data)
-    theirs_carry, _ = pair.theirs.report(pair.theirs.init_report(B), data)
+    theirs_carry, theirs = pair.theirs.report(pair.theirs.init_report(B), data)
     assert 'loss/dyn' in ours
     for ours_x, theirs_x in zip(
             jax_leaves(their_carry(ours_carry)), jax_leaves(theirs_carry)):
         assert_close(ours_x, theirs_x, 'report carry')
+    videos = {k for k in theirs if k.startswith('openloop/')}
+    images = {k for k, v in pair.obs_space.items() if len(v.shape) == 3}
+    assert videos == {f'openloop/{k}' for k in images}
+    assert {k for k in ours if k.startswith('openloop/')} == videos
+    for key in videos:
+        assert_openloop_layout(ours[key], theirs[key], data[key[9:]], pair)
+
+
+def assert_openloop_layout(ours, theirs, images, pair):
+    """Our open-loop video has the original's layout: the same shape, the
+    same truth, frames (green, then red) and black end frames; only the
+    predictions (drawn with other samples) and so the errors differ, and
+    ours's error is (pred - true + 255) / 2 of its own prediction."""
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype == np.uint8
+    K = pair.config.replay_context
+    B, H, W = min(6, pair.config.batch_size), *images.shape[2:4]
+    T = images.shape[1] - K
+    assert ours.shape[:3] == (T + 10, 3 * H + 4, B * (W + 4))
+    tiles = ours[:T].reshape((T, 3 * H + 4, B, W + 4, -1))
+    true = images[:B, K:].transpose((1, 0, 2, 3, 4))
+    np.testing.assert_array_equal(tiles[:, 2:2 + H, :, 2:-2], true.transpose(
+        (0, 2, 1, 3, 4)))
+    pred = tiles[:, 2 + H:2 + 2 * H, :, 2:-2].astype(np.int32)
+    error = tiles[:, 2 + 2 * H:2 + 3 * H, :, 2:-2]
+    np.testing.assert_array_equal(
+        error, ((pred - true.transpose((0, 2, 1, 3, 4)) + 255) // 2))
+    predicted = np.zeros(ours.shape, bool)
+    for b in range(B):
+        left = b * (W + 4) + 2
+        predicted[:T, 2 + H:2 + 3 * H, left:left + W] = True
+    np.testing.assert_array_equal(ours[~predicted], theirs[~predicted])
+    assert not ours[T:].any()
 
 
 def test_eval_policy_acts_as_the_original(pair):

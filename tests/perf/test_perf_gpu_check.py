@@ -49,3 +49,41 @@ def test_quick_check_gives_every_row(tmp_path):
         r'p50 ([\d.]+) ms, p95 ([\d.]+) ms while the other process trains '
         r'at ([\d.]+) train steps/s .*alone p50 ([\d.]+) ms', probe)
     assert figures and all(float(x) > 0 for x in figures.groups()), probe
+
+
+def test_the_targets_compare_both_modes_against_the_agent_alone():
+    from embodied.perf import gpu_check
+    speed = {'train_rate': 20.0, 'policy_p50_ms': 2.0}
+    thread = dict(train_fps=14.0, policy_batch_ms=26.0, gpu_busy=80.0,
+                  steady_fps=500.0)
+    process = dict(train_fps=18.0, policy_batch_ms=3.0, gpu_busy=None,
+                   steady_fps=700.0)
+    table = gpu_check.targets_table(
+        {'thread': thread, 'process': process}, speed)
+    rows = [line.strip('| ').split(' | ') for line in table.splitlines()[2:]]
+    assert [r[1:] for r in rows] == [
+        ['70%', '90%', 'yes'], ['13.0x', '1.5x', 'yes'],
+        ['80%', '–', '–'],  # No GPU utilization: not measured.
+        ['500', '700 (1.40x)', 'yes']]
+    # A mode that did not run leaves its cells and the verdicts open.
+    table = gpu_check.targets_table(
+        {'thread': thread, 'process': gpu_check.NO_KEY}, speed)
+    assert table.splitlines()[2].endswith('| 70% | – | – |')
+
+
+def test_a_mode_run_that_cannot_run_or_fails_is_a_row_not_the_end(
+        monkeypatch, tmp_path):
+    from embodied.perf import gpu_check
+    args = gpu_check.make_parser().parse_args([])
+    monkeypatch.setattr(gpu_check, 'knows_policy_process', lambda: False)
+    assert gpu_check.run_mode(
+        args, 'cpu', tmp_path, tmp_path, 'process', 10) == gpu_check.NO_KEY
+
+    def fails(*args):
+        assert args[-1] == ('--run.policy_process', 'process')
+        raise RuntimeError('exited with 1:\nTraceback\nValueError: a | b\n')
+
+    monkeypatch.setattr(gpu_check, 'knows_policy_process', lambda: True)
+    monkeypatch.setattr(gpu_check, 'run_parallel', fails)
+    assert gpu_check.run_mode(args, 'cpu', tmp_path, tmp_path, 'process',
+                              10) == 'failed: ValueError: a / b'

@@ -12,8 +12,9 @@ encoder/decoder types other than `simple`, dynamics other than `rssm`,
 `bounded_normal`, `report_gradnorms True`; `jax.compute_dtype float16` (it
 would need loss scaling) and `jax.coordinator_address` (multi-host) raise in
 `embodied.jax`. Reports hold the world model's loss metrics (the
-actor-critic's come with every update); they do not render open-loop
-videos.
+actor-critic's come with every update) and, as the original's do, an
+open-loop video per image observation (`openloop/<key>`: truth, prediction
+and error; `agent.report_openloop False` leaves them out).
 """
 
 from .agent import Agent

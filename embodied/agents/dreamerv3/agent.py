@@ -23,6 +23,7 @@ f32 = jnp.float32
 sg = jax.lax.stop_gradient
 LATENT_KEYS = ('deter', 'stoch')
 SIGNAL_KEYS = ('is_first', 'is_last', 'is_terminal', 'reward')
+OPENLOOP_SEQUENCES = 6  # The original's: sequences in an open-loop video.
 
 
 def sample(dists):
@@ -165,16 +166,21 @@ class Agent(embodied.jax.Agent):
     def report(self, carry, data):
         """The world model's losses and metrics on a report batch
         ('loss/<name>' for the reconstructions, reward, continuation and the
-        KL terms). The actor-critic's losses, which come from imagination,
-        are left to `train`, whose metrics give them every update: imagining
-        from every report state would make the report program about as
-        large as the update's forward pass, at shapes the update does not
-        share (a separate set of matmuls for the GPU compiler to tune)."""
+        KL terms) and, with `report_openloop`, the original's open-loop
+        videos of each image key ('openloop/<key>', see `openloop_video`).
+        The actor-critic's losses, which come from imagination, are left to
+        `train`, whose metrics give them every update: imagining from every
+        report state would make the report program about as large as the
+        update's forward pass, at shapes the update does not share (a
+        separate set of matmuls for the GPU compiler to tune)."""
         if not self.config.report:
             return carry, {}
         start, obs, prevact, _ = self._apply_context(carry, data)
-        losses, metrics, dyncarry, _ = self._world_model(start, obs, prevact)
+        losses, metrics, dyncarry, feat = self._world_model(
+            start, obs, prevact)
         metrics.update({f'loss/{k}': v.mean() for k, v in losses.items()})
+        if self.config.report_openloop:
+            metrics.update(self._openloop(feat, obs, prevact))
         carry = {
             'dyn': dyncarry,
             'prevact': {k: data[k][:, -1] for k in self.act_space}}
@@ -258,6 +264,30 @@ class Agent(embodied.jax.Agent):
             con *= 1 - 1 / cfg.horizon
         losses['con'] = self.con(featvec, 2).loss(con)
         return losses, metrics, dyncarry, feat
+
+    def _openloop(self, feat, obs, prevact):
+        """{'openloop/<key>': video} for each image key: the first
+        OPENLOOP_SEQUENCES sequences of the batch, observed for their first
+        half (the report's posterior states) and imagined for the second
+        half from the replayed actions alone, then decoded."""
+        B, T = obs['is_first'].shape
+        if not self.dec.imgkeys or T < 2:
+            return {}
+        R, half = min(OPENLOOP_SEQUENCES, B), T // 2
+
+        def step(carry, action):
+            return self.dyn.imagine_step(carry, action)
+        last = {k: feat[k][:R, half - 1] for k in LATENT_KEYS}
+        actions = {k: v[:R, half:] for k, v in prevact.items()}
+        _, imagined = nj.scan(step, last, actions, axis=1)
+        both = {
+            k: jnp.concatenate([feat[k][:R, :half], imagined[k]], 1)
+            for k in LATENT_KEYS}
+        dists = self.dec(both)
+        return {
+            f'openloop/{key}': openloop_video(
+                obs[key][:R], dists[key].pred(), half)
+            for key in self.dec.imgkeys}
 
     def _apply_context(self, carry, data):
         """Splits off the replay context: the first `replay_context` steps
@@ -352,6 +382,30 @@ class Agent(embodied.jax.Agent):
         return weight[:, :-1] * (
             value.loss(sg(target)) +
             rcfg.slowreg * value.loss(sg(slowvalue.pred())))[:, :-1]
+
+
+def openloop_video(true, pred, observed):
+    """The original's open-loop grid from the true images (B, T, H, W, C)
+    uint8 and the predicted ones in [0, 1], of which the first `observed`
+    steps were observed: each sequence's frame stacks truth, prediction and
+    error ((pred - true + 255) / 2, gray where they agree) from top to
+    bottom inside a 2-pixel frame, green while observed and red while
+    imagined; the sequences stand side by side and 10 black frames end the
+    clip. Returns (T + 10, 3H + 4, B (W + 4), 3 or C) uint8."""
+    T = true.shape[1]
+    pred = jnp.clip(pred * 255, 0, 255).astype(jnp.uint8)
+    error = ((pred.astype(jnp.int32) - true.astype(jnp.int32) + 255) / 2)
+    video = jnp.concatenate([true, pred, error.astype(jnp.uint8)], 2)
+    video = jnp.pad(video, [(0, 0), (0, 0), (2, 2), (2, 2), (0, 0)])
+    inside = jnp.zeros(video.shape[2:4], bool).at[2:-2, 2:-2].set(True)
+    colors = jnp.where(
+        (jnp.arange(T) < observed)[:, None],
+        jnp.array([0, 255, 0], jnp.uint8), jnp.array([255, 0, 0], jnp.uint8))
+    video = jnp.where(
+        inside[None, None, :, :, None], video, colors[None, :, None, None, :])
+    video = jnp.concatenate([video, jnp.zeros_like(video[:, :10])], 1)
+    B, T, H, W, C = video.shape
+    return video.transpose((1, 2, 0, 3, 4)).reshape((T, H, B * W, C))
 
 
 def make_opt(

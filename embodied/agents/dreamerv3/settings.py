@@ -37,6 +37,7 @@ def check(config):
     choice('value.output', config.value.output, SCALAR_OUTPUTS)
     choice('conhead.output', config.conhead.output, ('binary',))
     choice('report_gradnorms', config.report_gradnorms, (False,))
+    choice('report_openloop', config.report_openloop, (True, False))
     choice('opt.schedule', config.opt.schedule, SCHEDULES)
     for name in ('retnorm', 'valnorm', 'advnorm'):
         choice(

@@ -55,8 +55,8 @@ class ActorRole:
         self.replay, self.logger = replay, logger
         self.backlog = backlog(args)
         # Transitions held while the replay works on the last send: up to 8
-        # policy batches (8 took 4% less CPU per env step than 4, measured
-        # with `embodied.perf.throughput --old` at 16 envs, 8 per worker).
+        # policy batches (fewer cost more CPU per env step; figures in
+        # docs/benchmarks.md, "Figures behind settings in the code").
         self.sender = rpc.actor_to_replay.CoalescingSender(
             self._send, rpc.actor_to_replay.concat_rows,
             lambda trans: len(trans[0]['envid']),

@@ -66,9 +66,8 @@ class ReplicaSync:
             return
         self.link.count('run_tag')
         if self._should_save():
-            tag = self.link.learner_stats()['run_tag']
-            with self.link.learner_lock:
-                self.link.learner['save_request'] = tag
+            self.link.record(
+                'save_request', self.link.learner_stats()['run_tag'])
 
     def eval_ready(self, ready):
         """Whether to evaluate now: this learner's eval batch is `ready`

@@ -36,7 +36,7 @@ class AgentLink:
     shutdown: threading.Event = _new(threading.Event)
     # Guarded by `learner_lock`: the learner's progress counters, written by
     # the learner thread and its streams, read by the control's `status`.
-    # Use `count` and `learner_stats`.
+    # Use `count`, `record` and `learner_stats`.
     learner: collections.Counter = _new(collections.Counter)
     learner_lock: threading.Lock = _new(threading.Lock)
 
@@ -44,6 +44,11 @@ class AgentLink:
         """Adds `amount` to the learner's counter `key`."""
         with self.learner_lock:
             self.learner[key] += amount
+
+    def record(self, key, value):
+        """Sets the learner's counter `key` to `value`."""
+        with self.learner_lock:
+            self.learner[key] = value
 
     def learner_stats(self):
         """A copy of the learner's counters."""
