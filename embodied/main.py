@@ -79,9 +79,7 @@ def main(argv=None):
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
     except Exception as e:
-        full = diskfull.find(e)
-        if full is not None:
-            _end_disk_full(config, full)
+        _end_if_resource_ran_out(config, e)
         if config.replicas > 1:
             _end_replica(e)
         # jax.platform names a device JAX lacks; a role's usage error.
@@ -94,15 +92,25 @@ def main(argv=None):
         distributed.finish()
 
 
-def _end_disk_full(config, error):
-    """Ends a run whose write found no room (its roles have stopped) with
-    one line and exit code 74."""
+def _end_if_resource_ran_out(config, error):
+    """Ends a run whose write found no room (exit code 74) or whose agent
+    ran out of device memory (71), its roles stopped, with one line. The
+    runners end a run of one replica so themselves (`run.ending`)."""
+    from embodied.core import outofmemory
     from embodied.run import ending
-    line = ending.disk_full_line(config, error)
+    full = diskfull.find(error)
+    memory = outofmemory.find(error)
+    if full is not None:
+        line, code = ending.disk_full_line(config, full), diskfull.EXIT_IO
+    elif memory is not None:
+        line = ending.out_of_memory_line(make_args(config), memory)
+        code = outofmemory.EXIT_CODE
+    else:
+        return
     if config.replicas > 1:
-        _end_replica(RuntimeError(line), code=diskfull.EXIT_IO)
+        _end_replica(RuntimeError(line), code=code)
     print(f'error: {line}', file=sys.stderr, flush=True)
-    sys.exit(diskfull.EXIT_IO)
+    sys.exit(code)
 
 
 def _platform_error(error):

@@ -55,6 +55,7 @@ import ninjax as nj
 import numpy as np
 
 import embodied
+from embodied.core import outofmemory
 
 from . import compiling
 from . import distributed
@@ -118,6 +119,7 @@ class Agent(embodied.Agent):
 
     # Carries
 
+    @outofmemory.program('policy')
     def init_policy(self, batch_size):
         self._require_policy('init_policy')
         self._policy_layout.check_batch(batch_size, 'init_policy batch size')
@@ -127,10 +129,12 @@ class Agent(embodied.Agent):
             self._seeds.next(hosts.policy_init_stream()), batch_size)
         return jax.device_put(carry, self._policy_batch)
 
+    @outofmemory.program('train')
     def init_train(self, batch_size):
         self._compiler.wait_for('train')
         return self._init_train_carry(self._jit_init_train, batch_size)
 
+    @outofmemory.program('report')
     def init_report(self, batch_size):
         self._compiler.wait_for('report')
         return self._init_train_carry(self._jit_init_report, batch_size)
@@ -145,6 +149,7 @@ class Agent(embodied.Agent):
 
     # Acting and learning
 
+    @outofmemory.program('policy')
     def policy(self, carry, obs, mode='train'):
         self._require_policy('policy')
         if mode not in MODES:
@@ -165,6 +170,7 @@ class Agent(embodied.Agent):
         act, out = _policy_outputs(act, out, rows, size, self.act_space)
         return carry, act, out
 
+    @outofmemory.program('train')
     def train(self, carry, data):
         """One update. Returns at once, before the device has finished it:
         `outs` and `metrics` are `fetch.Fetched` mappings that wait for the
@@ -184,6 +190,7 @@ class Agent(embodied.Agent):
         self._check_finite(metrics, 'train')
         return carry, outs, metrics
 
+    @outofmemory.program('report')
     def report(self, carry, data):
         self._compiler.wait_for('report')
         data = self._prepare_batch(data, 'report')
@@ -333,6 +340,7 @@ class Agent(embodied.Agent):
         distributed.barrier('agent-built')
         self._built = True
 
+    @outofmemory.program('init')
     def _build_state(self, model):
         """The meshes, the parameters, the jitted functions and the policy's
         first copy of the parameters: all but compiling ahead."""

@@ -19,6 +19,8 @@ import weakref
 import jax
 import numpy as np
 
+from embodied.core import outofmemory
+
 from . import distributed
 from . import hosts
 
@@ -287,27 +289,34 @@ class Compiler:
         report_length = int(config.get(
             'report_length', config.batch_length)) + context
         agent._train_layout.check_batch(batch, 'batch_size')
-        seed = LOWERING_SEED
         for name, init, step, length in (
                 ('train', agent._jit_init_train, agent._jit_train,
                  train_length),
                 ('report', agent._jit_init_report, agent._jit_report,
                  report_length)):
             self.progress.phase(name)
-            # Lowering reads only the state's shapes and layout, which stay
-            # valid after train donated its arrays: no state lock, so saves
-            # and train steps go on while this thread traces.
-            self.lower(init, agent._state, seed, batch).compile()
-            # A collective: replicas run it together, as gloo allows a
-            # late one 30 s (see hosts.FirstRuns).
-            distributed.barrier(f'compiled-ahead-{name}')
-            data = agent._zero_batch(batch, length)
-            with agent._state_lock:  # Runs on the arrays of the moment.
-                carry = jax.device_put(
-                    init(agent._state, seed, batch), agent._train_batch)
-            self.lower(step, agent._state, carry, data, seed).compile()
+            with outofmemory.in_program(name):
+                self._compile_learner_program(
+                    name, init, step, batch, length)
             if name == 'train':  # Report's is set once the line is out.
                 self.compiled[name].set()
+
+    def _compile_learner_program(self, name, init, step, batch, length):
+        """Compiles `init` (init_train or init_report) and `step` (train
+        or report) for `batch` rows of `length` steps."""
+        agent, seed = self.agent, LOWERING_SEED
+        # Lowering reads only the state's shapes and layout, which stay
+        # valid after train donated its arrays: no state lock, so saves
+        # and train steps go on while this thread traces.
+        self.lower(init, agent._state, seed, batch).compile()
+        # A collective: replicas run it together, as gloo allows a late
+        # one 30 s (see hosts.FirstRuns).
+        distributed.barrier(f'compiled-ahead-{name}')
+        data = agent._zero_batch(batch, length)
+        with agent._state_lock:  # Runs on the arrays of the moment.
+            carry = jax.device_put(
+                init(agent._state, seed, batch), agent._train_batch)
+        self.lower(step, agent._state, carry, data, seed).compile()
 
     def lower(self, jitted, *args):
         """`jitted` lowered for `args` under `TRACE_LOCK` (a trace, not a
@@ -372,6 +381,7 @@ class Compiler:
         self.compile_policy([size], [mode])
         return size
 
+    @outofmemory.program('policy')
     def compile_policy(self, sizes, modes, announce=True):
         """Compiles `init_policy` and `policy` (for stacked carries and for
         per-row ones) at each batch size for each mode."""

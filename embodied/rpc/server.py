@@ -56,6 +56,7 @@ import traceback
 import numpy as np
 
 from embodied.core import diskfull
+from embodied.core import outofmemory
 
 from . import sockets
 from . import status
@@ -458,8 +459,8 @@ class Server:
 
     def _failed(self, method, error, what='method'):
         self.error = self.error or error
-        if diskfull.find(error) is not None:
-            return  # The caller ends the run with one line naming the path.
+        if diskfull.find(error) or outofmemory.find(error):
+            return  # The caller ends the run with one line saying why.
         text = ''.join(traceback.format_exception(error))
         self._log(f'Error in {what} {method.name}:\n{text}')
 

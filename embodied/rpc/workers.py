@@ -15,7 +15,9 @@ it:
 * The exit code is the function's int return value, else 0; `sys.exit(n)`
   gives n (portal turns even `sys.exit(0)` into 2); an exception gives 1 (or
   its int attribute `exitcode`) and prints its traceback under the worker's
-  name; `PortTaken` gives `EXIT_PORT_TAKEN`, so the launcher can retry with
+  name; a write that found no room gives 74 and a device out of memory 71
+  (`core.diskfull`, `core.outofmemory`), without a traceback: the launcher
+  ends the run with one line; `PortTaken` gives `EXIT_PORT_TAKEN`, so the launcher can retry with
   other ports. The parent reads the exception's one-line summary from
   `error`, so a launcher can say why a worker ended.
 * SIGINT and SIGTERM are ignored in children from their first instruction
@@ -39,6 +41,7 @@ import portal
 import psutil
 
 from embodied.core import diskfull
+from embodied.core import outofmemory
 from embodied.core import linewise
 from embodied.core import signals
 
@@ -221,6 +224,9 @@ def _run(fn, name):
         if diskfull.find(e) is not None:
             # The launcher ends the run with one line naming the path.
             return diskfull.EXIT_IO, summary(e)
+        if outofmemory.find(e) is not None:
+            # The launcher ends the run with one line naming the program.
+            return outofmemory.EXIT_CODE, summary(e)
         _print_error(name)
         return _error_code(e), summary(e)
 

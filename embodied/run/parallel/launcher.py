@@ -30,6 +30,7 @@ import time
 import embodied
 from embodied import rpc
 from embodied.core import diskfull
+from embodied.core import outofmemory
 from embodied.run.parallel import connections
 from embodied.run import progress
 from embodied.run import roles
@@ -138,7 +139,7 @@ class Launcher:
                 try:
                     self._stop(reason)
                 except Exception as e:
-                    if diskfull.find(e) is not None:
+                    if _ends_unsaved(e):
                         self._enter(State.FAILED)
                         self._end_unsaved()
                     raise
@@ -472,8 +473,9 @@ class Launcher:
 
     def _fail(self, error):
         """Ends the run for `error`, saving first what can be saved; after
-        a write that found no room, stops every role without a save."""
-        if diskfull.find(error) is not None:
+        a write that found no room or a device out of memory, stops every
+        role without a save."""
+        if _ends_unsaved(error):
             self._enter(State.FAILED)
             self._end_unsaved()
             return
@@ -529,8 +531,9 @@ class Launcher:
 
     def _end_unsaved(self):
         """Ends every role in the stop's order without saving: after a write
-        found no room a save would not fit either, and the saves on disk
-        stay as they are. Roles already gone are skipped."""
+        found no room a save would not fit either, after a device ran out of
+        memory the agent's state may be lost (train donates it), and the
+        saves on disk stay as they are. Roles already gone are skipped."""
         for _, what, action in self._stop_steps(self.step, True, False):
             self._try(action, f'Could not {what}')
 
@@ -546,3 +549,9 @@ class Launcher:
         except Exception as e:
             if what:
                 print(f'{what}: {type(e).__name__}: {e}', flush=True)
+
+
+def _ends_unsaved(error):
+    """Whether `error` ends the run without a save: a write that found no
+    room, or a device out of memory."""
+    return bool(diskfull.find(error) or outofmemory.find(error))
