@@ -63,11 +63,23 @@ def out_of_memory_line(args, error):
     knobs = (f'{smaller}, a smaller model (--configs size12m or another '
              f'size block), --jax.prealloc False (JAX then allocates as '
              f'needed instead of reserving most of the GPU at start, so '
-             f'other processes on it keep room), or spread it over more devices with {mesh} (docs/devices.md)')
+             f'other processes on it keep room){_share(program, values)}, '
+             f'or spread it over more devices with {mesh} '
+             f'(docs/devices.md)')
     return (f'Out of device memory in {what} ({asked}; '
             f'{error.xla_message}). Lower it with {knobs}. '
             f'{_saved_text(args)}. Exiting with code '
             f'{outofmemory.EXIT_CODE}.')
+
+
+def _share(program, values):
+    """With the policy in a process of its own, the GPU share of the
+    process that ran `program`, as a setting to raise."""
+    if values.get('policy_process') != 'process':
+        return ''
+    key = 'policy_memory' if program == 'policy' else 'agent_memory'
+    return (f', a larger share of the GPU for its process, --run.{key} '
+            f'(now {values[key]}; --run.policy_process process)')
 
 
 def _saved_text(args):

@@ -5,7 +5,10 @@ code 71, no traceback, and the save intact: a rerun resumes from it.
 
 The runs go through `tests/support/oom_main.py`, which has the agent ask
 the CPU for a petabyte inside its train step or its policy once the run
-has saved past step 0: JAX raises its own error with XLA's own message."""
+has saved past step 0: JAX raises its own error with XLA's own message.
+Under `--script parallel`, the policy runs out in the actor's thread of the
+launcher's process, and train in the learner of an agent process beside a
+policy process."""
 
 import re
 import subprocess
@@ -118,6 +121,25 @@ def test_the_line_names_program_amount_knobs_and_save(
     assert line.endswith('Exiting with code 71.') and '\n' not in line
 
 
+@pytest.mark.parametrize('program, share', [
+    ('policy', '--run.policy_memory (now 0.15;'),
+    ('train', '--run.agent_memory (now 0.6;'),
+])
+def test_with_a_policy_process_the_line_names_its_gpu_share(
+        tmp_path, program, share):
+    from embodied import config as configlib
+    from embodied import factories
+    config = configlib.build(['debug']).update({
+        'logdir': str(tmp_path), 'run.policy_process': 'process'})
+    line = ending.out_of_memory_line(
+        factories.make_args(config), outofmemory.from_text(XLA_CPU, program))
+    assert f'a larger share of the GPU for its process, {share}' in line, line
+    thread = configlib.build(['debug']).update(logdir=str(tmp_path))
+    line = ending.out_of_memory_line(
+        factories.make_args(thread), outofmemory.from_text(XLA_CPU, program))
+    assert 'share of the GPU' not in line, line
+
+
 def check_ended(code, output, what):
     """The run's end: exit code 71 and its line, no traceback; returns the
     step of the save the line names."""
@@ -153,19 +175,29 @@ def test_train_ends_in_one_line_and_a_rerun_resumes(tmp_path, monkeypatch):
     assert f'Resumed from the save at step {step}.' in result.stdout
 
 
+PARALLEL = {
+    # program: where it runs
+    'policy': ('--run.policy_process', 'thread'),  # the launcher's thread
+    'train': ('--run.policy_process', 'process',  # each in a process
+              '--run.agent_process', 'True'),
+}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize('program', sorted(PARALLEL))
 def test_parallel_ends_in_one_line_with_its_saves_intact(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, program):
     logdir = tmp_path / 'run'
-    monkeypatch.setenv('EMBODIED_TEST_OOM', 'policy')
+    monkeypatch.setenv('EMBODIED_TEST_OOM', program)
     run = launch.Launch(
         *FLAGS, '--script', 'parallel', '--run.eval_envs', '0',
-        '--logdir', logdir, script=OOM_MAIN, logfile=tmp_path / 'run.log')
+        *PARALLEL[program], '--logdir', logdir, script=OOM_MAIN,
+        logfile=tmp_path / 'run.log')
     try:
         code, output = finish(run, Tree(run.proc), timeout=600)
     finally:
         run.kill()
-    step = check_ended(code, output, 'the policy')
+    step = check_ended(code, output, outofmemory.PROGRAMS[program])
     assert step > 0 and saving.resume_tag(logdir, report=False) == step
     data = {}
     cplib.read(saving.directory(logdir, 'agent') / f'{step:012d}',

@@ -7,8 +7,9 @@ Once the run has saved its agent at a step above 0, the next call of the
 program named by $EMBODIED_TEST_OOM ('train', 'report' or 'policy') asks
 the CPU for a petabyte, inside the agent's method, as a program too large
 for the device would: JAX raises its own RESOURCE_EXHAUSTED error with
-XLA's message. Only the process that holds the agent needs the hook: the
-agent is a thread of the launcher's process under `--script parallel`.
+XLA's message. The hooks are set when this module is imported, so they
+also hold in the run's spawned processes (the agent process, the policy
+process), which import the launch's script as their main module.
 """
 
 import os
