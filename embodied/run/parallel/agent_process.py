@@ -47,8 +47,11 @@ from embodied.run.parallel.link import AgentLink
 _QUIET_ENDS = (rpc.supervisor.EXIT_PORT_TAKEN,
                rpc.supervisor.EXIT_UNREACHABLE, rpc.supervisor.EXIT_REFUSED)
 
-# JAX's share of GPU memory for a process (read when its backend starts).
+# JAX's share of GPU memory for a process (read when its backend starts),
+# and the variable that marks a share `build` set (not the user): a process
+# started later from this one inherits both and sets its own share.
 MEMORY_VARIABLE = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
+MEMORY_MARK = 'EMBODIED_MEMORY_SHARE'
 
 
 def parallel_agent(make_agent, args):
@@ -99,7 +102,8 @@ def build(make_agent, args, part=None):
     if part is None:
         return make_agent()
     share = args.policy_memory if part == 'policy' else args.agent_memory
-    os.environ.setdefault(MEMORY_VARIABLE, str(share))
+    if MEMORY_VARIABLE not in os.environ or MEMORY_MARK in os.environ:
+        os.environ[MEMORY_VARIABLE] = os.environ[MEMORY_MARK] = str(share)
     from embodied.jax import compiling
     with compiling.building(part):
         return make_agent()

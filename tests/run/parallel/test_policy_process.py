@@ -80,6 +80,32 @@ def test_acting_with_parameters_of_another_layout_names_them():
         agent.set_policy_params({}, 1)
 
 
+def test_each_process_builds_its_part_in_its_share_of_gpu_memory(
+        monkeypatch):
+    from embodied.run import arguments
+    from embodied.run.parallel import agent_process
+    variable = agent_process.MEMORY_VARIABLE
+    monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv(agent_process.MEMORY_MARK, raising=False)
+    args = arguments.normalize(dict(
+        logdir='/tmp/unused', policy_memory=0.2, agent_memory=0.5))
+    part = lambda: compiling._PART
+    assert agent_process.build(part, args) is None
+    assert variable not in os.environ  # The thread mode sets nothing.
+    assert agent_process.build(part, args, 'learner') == 'learner'
+    assert os.environ[variable] == '0.5'
+    # A process started from this one (the env of a later launch's policy
+    # process) inherits the share, and sets its own.
+    assert agent_process.build(part, args, 'policy') == 'policy'
+    assert os.environ[variable] == '0.2'
+    assert compiling._PART is None
+    # The user's own share wins.
+    monkeypatch.delenv(agent_process.MEMORY_MARK)
+    monkeypatch.setenv(variable, '0.9')
+    agent_process.build(part, args, 'learner')
+    assert os.environ[variable] == '0.9'
+
+
 def params_files():
     return set(glob.glob('/dev/shm/embodied-params-*'))
 
