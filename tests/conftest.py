@@ -75,7 +75,8 @@ LONGEST_FIRST = (
     'tests/test_slurm.py', 'tests/run/test_replicas.py',
     'tests/run/test_replicas_hosts.py',
     'tests/run/parallel/test_env_suites_parallel.py',
-    'tests/envs/test_env_bsuite.py')
+    'tests/envs/test_env_bsuite.py',
+    'tests/run/parallel/test_policy_process.py')
 
 
 def pytest_collection_modifyitems(config, items):
