@@ -18,6 +18,9 @@ gymnasium's CartPole-v1):
   starts a fresh state at `is_first`) its actions and carry equal the
   first's; env 1's are equal throughout.
 
+* `load_policy(..., seed=7)` restarts the random streams: its agent's
+  streams stand at seed 7 and count 0 where the save's were elsewhere.
+
 Prints `parity: <steps> steps, env 0 reset at step <n>` when all held.
 """
 
@@ -69,6 +72,27 @@ def step_obs(obs, reward=0.0, first=False, terminated=False, truncated=False):
             'is_terminal': terminated}
 
 
+def check_seed(logdir, count):
+    saved = {}
+    saving.load_agent(_Store(saved), logdir)
+    assert saved['rng/seed'] != 7 and saved['rng/policy'] > 0, saved
+    seeded = embodied.load_policy(logdir, batch_size=count, seed=7)
+    streams = {k: int(v) for k, v in seeded.agent.save().items()
+               if k.startswith('rng/')}
+    assert streams['rng/seed'] == 7 and streams['rng/policy'] == 0, streams
+
+
+class _Store:
+    """Takes an agent save as it is, to read its random streams."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def load(self, data, regex=None):
+        self.target.update(
+            {k: int(v) for k, v in data.items() if k.startswith('rng/')})
+
+
 def main(logdir, count):
     agent = run_agent(logdir, count)
     as_if_on_gpus(logdir)
@@ -111,6 +135,7 @@ def main(logdir, count):
             break
     assert differed, 'the moved observations never changed the carry'
     assert episodes[0] >= 2 and min(episodes) >= 1, episodes
+    check_seed(logdir, count)
     print(f'parity: {step + 1} steps, env 0 reset at step {reset_at}',
           flush=True)
 
