@@ -17,21 +17,31 @@ class FromGym(adapter.Adapter):
     """Wraps a gymnasium env, given as an instance or a `gymnasium.make` id.
 
     `terminated` maps to `is_terminal` (and `is_last`), `truncated` to
-    `is_last` alone. `seed` seeds the first reset. Extra keyword arguments go
-    to `gymnasium.make`. The last step's info dict is kept in `self.info`.
+    `is_last` alone. `seed` seeds the first reset. With `render`, the env
+    is made with `render_mode='rgb_array'` (an instance must have that
+    mode) and each step's `render()`, resized to `render_size` (height,
+    width; nearest pixel), goes to `log/image`: the logger and
+    `run.eval_video` show it as episode videos, the agent never sees it.
+    Extra keyword arguments go to `gymnasium.make`. The last step's info
+    dict is kept in `self.info`.
     """
 
     def __init__(
             self, env, obs_key='vector', act_key='action', seed=None,
-            **kwargs):
+            render=False, render_size=(128, 192), **kwargs):
         import gymnasium
         self._spaces = gymnasium.spaces
         if isinstance(env, str):
+            if render:
+                kwargs.setdefault('render_mode', 'rgb_array')
             env = gymnasium.make(env, **kwargs)
         elif kwargs:
             raise TypeError(
                 f'FromGym: keyword arguments {sorted(kwargs)} only apply when '
                 f'env is an id string for gymnasium.make, got an instance.')
+        self._render_size = None
+        if render:
+            self._render_size = _render_size(env, render_size)
         self._env = env
         self._seed = seed
         self._done = True
@@ -56,6 +66,9 @@ class FromGym(adapter.Adapter):
         self._act_space = {
             key: self._convert(key, space, 'action')
             for key, space in self._gym_act.items()}
+        if self._render_size:
+            self._obs_space['log/image'] = elements.Space(
+                np.uint8, (*self._render_size, 3))
 
     def step(self, action):
         if action['reset'] or self._done:
@@ -88,6 +101,8 @@ class FromGym(adapter.Adapter):
                 flat[key], space, self._obs_space[name].dtype)
         result.update(adapter.step_values(
             reward, is_first, is_last, is_terminal))
+        if self._render_size:
+            result['log/image'] = _resize(self.render(), self._render_size)
         return result
 
     def _gym_action(self, action):
@@ -185,3 +200,33 @@ def _unflatten(flat):
             node = node.setdefault(part, {})
         node[leaf] = value
     return result
+
+
+def _render_size(env, size):
+    """(height, width) of the rendered frames, after checking that `env`
+    renders arrays."""
+    mode = getattr(env, 'render_mode', None)
+    if mode != 'rgb_array':
+        raise ValueError(
+            f"FromGym: render=True needs an env with render_mode "
+            f"'rgb_array', this one has {mode!r}.")
+    size = tuple(int(x) for x in size)
+    if len(size) != 2 or min(size) < 1:
+        raise ValueError(
+            f'FromGym: render_size must be (height, width), got {size}.')
+    return size
+
+
+def _resize(image, size):
+    """`image` as uint8 RGB at `size` (height, width), nearest pixel."""
+    image = np.asarray(image)
+    if image.ndim == 2:
+        image = image[..., None]
+    if image.shape[-1] == 1:
+        image = np.repeat(image, 3, -1)
+    image = image[..., :3]
+    if image.dtype != np.uint8:
+        image = np.clip(image, 0, 255).astype(np.uint8)
+    rows = (np.arange(size[0]) + 0.5) * image.shape[0] / size[0]
+    cols = (np.arange(size[1]) + 0.5) * image.shape[1] / size[1]
+    return image[rows.astype(int)][:, cols.astype(int)]

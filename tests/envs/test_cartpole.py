@@ -69,6 +69,22 @@ def test_matches_gymnasium_cartpole():
         assert bool(obs['is_terminal']) == terminated
 
 
+def test_render_draws_the_pole_where_it_leans():
+    env = CartPole('balance', seed=0, render=True, render_size=(40, 60))
+    assert env.obs_space['log/image'].shape == (40, 60, 3)
+    assert 'log/image' not in CartPole('balance').obs_space
+    obs = step(env, reset=True)
+    assert obs['log/image'].dtype == np.uint8
+    np.testing.assert_array_equal(obs['log/image'], env.render())
+    pole = np.array([202, 152, 101], np.uint8)
+    for theta, side in ((0.3, 1), (-0.3, -1)):
+        image = cartpole.draw(np.array([0.0, 0.0, theta, 0.0]), (40, 60))
+        cols = np.nonzero((image == pole).all(-1))[1]
+        assert len(cols) and np.sign(cols.mean() - 30) == side
+    with pytest.raises(ValueError, match='render_size'):
+        CartPole('balance', render=True, render_size=(40,))
+
+
 def test_reset_obs_and_initial_state():
     env = CartPole(seed=0)
     obs = step(env, reset=True)

@@ -1,3 +1,4 @@
+import elements
 import numpy as np
 import pytest
 
@@ -272,6 +273,45 @@ def test_from_gym_render():
     image = env.render()
     assert image.dtype == np.uint8 and image.ndim == 3
     env.close()
+
+
+def test_from_gym_render_frames_go_to_log_image():
+    gymnasium = pytest.importorskip('gymnasium')
+    from embodied.envs.from_gym import FromGym
+
+    class Painted(gymnasium.Env):
+        """Renders a 30 x 40 frame whose color is the step count."""
+        observation_space = gymnasium.spaces.Box(-1, 1, (2,), np.float32)
+        action_space = gymnasium.spaces.Discrete(2)
+        metadata = {'render_modes': ['rgb_array']}
+
+        def __init__(self, render_mode=None):
+            self.render_mode = render_mode
+            self.count = 0
+
+        def reset(self, seed=None, options=None):
+            self.count = 0
+            return np.zeros(2, np.float32), {}
+
+        def step(self, action):
+            self.count += 1
+            return np.zeros(2, np.float32), 0.0, False, False, {}
+
+        def render(self):
+            frame = np.zeros((30, 40, 3), np.uint8)
+            frame[:, 20:] = 10 * self.count  # The right half.
+            return frame
+
+    env = FromGym(Painted('rgb_array'), render=True, render_size=(6, 8))
+    assert env.obs_space['log/image'] == elements.Space(np.uint8, (6, 8, 3))
+    for t in range(3):
+        obs = env.step({'action': np.int32(0), 'reset': t == 0})
+        assert obs['log/image'].shape == (6, 8, 3)
+        assert (obs['log/image'][:, :4] == 0).all()
+        assert (obs['log/image'][:, 4:] == 10 * t).all()
+    assert 'log/image' not in FromGym(Painted('rgb_array')).obs_space
+    with pytest.raises(ValueError, match="render_mode 'rgb_array'.*None"):
+        FromGym(Painted(), render=True)
 
 
 # FromDM
