@@ -60,9 +60,13 @@ class WandBOutput(elements.logger.AsyncOutput):
         return self._run.id
 
     def close(self):
-        """Sends what is queued and finishes the W&B run."""
+        """Sends what is queued, finishes the W&B run and waits for W&B's
+        service process to write it out: a process that exits right after
+        `finish()` may otherwise take the service down (a run's processes
+        are ended together) before it wrote the run's file."""
         self.wait()
         self._run.finish()
+        self._wandb.teardown()
 
     def _write(self, summaries):
         rows = collections.defaultdict(dict)

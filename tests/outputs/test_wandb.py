@@ -177,3 +177,20 @@ def test_train_eval_sends_metrics_eval_video_and_config_then_resumes(
     assert videos
     frames = helpers.gif_frames(folder1 / 'files' / videos[0])
     assert len(frames) % 21 == 0 and frames[0].shape == (16, 16, 3)
+
+
+@pytest.mark.slow
+def test_parallel_sends_the_eval_envs_video(tmp_path, offline):
+    """Under `--script parallel` the logger process sends the videos of
+    env 0 and of the first eval env (env 2 here), not of train envs only."""
+    logdir = tmp_path / 'run'
+    result = launch.run(
+        '--script', 'parallel', *RUN, '--run.steps', 150, '--logdir', logdir)
+    assert result.returncode == 0, result.stdout[-3000:]
+    (_, history, folder), = offline_runs(logdir)
+    for key in ('epstats/policy_image', 'eval_epstats/policy_image'):
+        videos = [row[f'{key}.path'] for row in history.values()
+                  if f'{key}.path' in row]
+        assert videos, (key, sorted({k for r in history.values() for k in r}))
+        frames = helpers.gif_frames(folder / 'files' / videos[0])
+        assert len(frames) % 21 == 0 and frames[0].shape == (16, 16, 3)

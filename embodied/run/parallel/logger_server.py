@@ -57,9 +57,12 @@ class LoggerRole(lifecycle.RoleControl):
         self.checkpoint = None
         self.on_exit = None
         self.lock = threading.Lock()
+        # One env of each kind gives the episode videos: env 0, and the
+        # first eval env (env ids count the train envs first).
         self.episodes = {
             False: episodeslib.EpisodeStats(logger, 'episode'),
-            True: episodeslib.EpisodeStats(logger, 'eval_episode')}
+            True: episodeslib.EpisodeStats(
+                logger, 'eval_episode', video_worker=int(args.envs))}
         self.parallel = elements.Agg()
         self.updated = {}  # envid: (time of its last step, is_eval)
         self.counts = collections.Counter()

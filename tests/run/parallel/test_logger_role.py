@@ -62,6 +62,27 @@ def test_episodes_score_per_env_and_eval_apart():
     assert row['parallel/ep_starts'] == 2 and row['parallel/ep_ends'] == 2
 
 
+def test_videos_of_the_first_train_env_and_the_first_eval_env():
+    # Train envs 0 and 1, eval envs 2 and 3: each frame shows its env id
+    # and step, so the videos name the env they came from.
+    role, output = make_role(envs=2, eval_envs=2)
+    envids = [0, 1, 2, 3]
+    for t in range(3):
+        frames = np.zeros((4, 2, 2, 3), np.uint8)
+        frames[:, 0, 0, 0] = envids
+        frames[:, 0, 0, 1] = t
+        role.tran(trans(envids, [0] * 4, [t == 0] * 4, [t == 2] * 4,
+                        is_eval=[2, 3], **{'log/image': frames}))
+    role.write()
+    row, = output.rows
+    for key, envid in (('epstats/policy_log/image', 0),
+                       ('eval_epstats/policy_log/image', 2)):
+        video = row[key]
+        assert video.shape == (3, 2, 2, 3), key
+        assert video[:, 0, 0, 0].tolist() == [envid] * 3, key
+        assert video[:, 0, 0, 1].tolist() == [0, 1, 2], key
+
+
 def test_abandon_drops_the_unfinished_episode():
     role, output = make_role()
     role.tran(trans([0, 1], [5, 5], [1, 1], [0, 0]))
