@@ -8,6 +8,7 @@ Every DreamerV3 run also checks that the agent compiled ahead and never
 traced again mid-run ('Agent: tracing ...' is printed when it does).
 """
 
+import io
 import json
 import os
 import pathlib
@@ -140,7 +141,10 @@ def test_suite_trains(tmp_path, block):
     the input the block selects (the image or the vectors), and on no
     `log/` key (dmc_proprio renders its frames to `log/image`)."""
     logdir = tmp_path / 'run'
-    output = run(*suite_flags(block), '--script', 'train', '--logdir', logdir)
+    outputs = ('--logger.outputs', 'jsonl', 'tensorboard',
+               '--run.report_every', '1')
+    output = run(*suite_flags(block), '--script', 'train', '--logdir', logdir,
+                 *(outputs if block == OPENLOOP_BLOCK else ()))
     assert f'Reached run.steps ({SUITE_STEPS})' in output
     rows = launch.metrics(logdir)
     loss = SUITES[block][1]
@@ -150,6 +154,35 @@ def test_suite_trains(tmp_path, block):
     assert not [k for k in keys if k.startswith('train/loss/log')], keys
     if block == 'dmc_proprio':
         assert 'train/loss/image' not in keys
+    if block == OPENLOOP_BLOCK:
+        check_openloop_video(logdir, keys)
+
+
+# The suite run whose reports are read from TensorBoard for their
+# open-loop video.
+OPENLOOP_BLOCK = 'dmc_vision'
+
+
+def check_openloop_video(logdir, keys):
+    """DreamerV3's reports hold the original's open-loop video of the
+    64x64 `image`: the debug block's 8 report steps and 10 black frames,
+    truth, prediction and error stacked (3 x 64 + 4 rows), 6 of its 8
+    sequences side by side (6 x (64 + 4) columns)."""
+    assert 'report/loss/image' in keys, sorted(keys)
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    events = ea.EventAccumulator(str(logdir), size_guidance={ea.IMAGES: 0})
+    events.Reload()
+    videos = events.Images('report/openloop/image')
+    assert videos, events.Tags()['images']
+    assert (videos[0].height, videos[0].width) == (196, 408)
+    frames = helpers.gif_frames(io.BytesIO(videos[0].encoded_image_string))
+    # GIF merges the identical black frames at the end into one (its
+    # palette may shift colors a little).
+    assert 2 <= len(frames) <= 8 + 10 and frames[-1].max() < 20
+    assert frames[0].shape == (196, 408, 3)
+    green, red = (0, 255, 0), (255, 0, 0)  # Observed, then imagined.
+    assert np.abs(frames[0][0, 0].astype(int) - green).max() < 40
+    assert np.abs(frames[-2][0, 0].astype(int) - red).max() < 40
 
 
 # The suite commands of docs/suites.md run the parallel runner on atari100k,
