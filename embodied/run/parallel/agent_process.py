@@ -177,13 +177,15 @@ class AgentControl(ActingControl):
 
     def policy_buffer(self):
         """{'path', 'layout'} of the shared-memory buffer the policy
-        process reads the parameters from; {} for an agent without
-        parameters to publish (it acts with its own)."""
+        process reads the parameters from, and the `version` (update count)
+        last written there; {} for an agent without parameters to publish
+        (it acts with its own)."""
         publisher = self.link.publisher
         if publisher is None:
             return {}
         return {'path': publisher.path,
-                'layout': [list(entry) for entry in publisher.layout]}
+                'layout': [list(entry) for entry in publisher.layout],
+                'version': int(publisher.version)}
 
     def _stop_learner(self):
         """Stops the learner after its current step; True once it ended."""

@@ -28,6 +28,8 @@ agent's `policy_buffer`, replay `add_batch`, logger `tran`.
 import threading
 import time
 
+import numpy as np
+
 from embodied.run import arguments
 from embodied.run import roles
 from embodied.run.parallel import connections
@@ -44,6 +46,7 @@ def parallel_policy(make_agent, args):
     buffer = _buffer(args)
     subscriber = None
     if buffer:
+        _new_seeds(agent, buffer['version'])
         subscriber = _subscribe(agent, buffer, args)
         agent = _Lagged(agent, subscriber)
     # Nothing to wait for: the learner restored the parameters before it
@@ -66,6 +69,17 @@ def _buffer(args):
         return client.call('policy_buffer').result()
     finally:
         client.close(1)
+
+
+def _new_seeds(agent, updates):
+    """Starts the policy's random stream of this launch at a position of
+    its own: its calls count from `updates` (the learner's update count
+    when the process started) times 2**32, so a resumed run draws other
+    seeds than the launches before it, as the thread mode's agent, which
+    continues its saved stream, does. Before the first parameters: a load
+    replaces the acting ones."""
+    agent.load({'rng/policy': np.int64(int(updates) << 32)},
+               regex='^rng/policy$')
 
 
 def _subscribe(agent, buffer, args):

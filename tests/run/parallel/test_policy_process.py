@@ -80,6 +80,21 @@ def test_acting_with_parameters_of_another_layout_names_them():
         agent.set_policy_params({}, 1)
 
 
+def test_each_launch_of_the_policy_process_draws_its_own_seeds():
+    """A resumed run's policy process does not draw the seeds of the
+    launches before it: its stream starts at the learner's update count."""
+    from embodied.run.parallel import policy_process
+    agent = ToyAgent(OBS, ACT, make_config())
+    carry, obs = agent.init_policy(4), make_obs()
+    first = agent.policy(carry, obs)[1]['action']
+    policy_process._new_seeds(agent, 0)
+    assert agent.save()['rng/policy'] == 0
+    np.testing.assert_array_equal(agent.policy(carry, obs)[1]['action'],
+                                  first)  # The same stream position.
+    policy_process._new_seeds(agent, 7)
+    assert agent.save()['rng/policy'] == 7 << 32
+
+
 def test_each_process_builds_its_part_in_its_share_of_gpu_memory(
         monkeypatch):
     from embodied.run import arguments
