@@ -101,8 +101,9 @@ def _subscribe(agent, buffer, args):
 
 
 class _Lagged:
-    """The agent as the actor calls it, recording after each policy call
-    how many updates old the parameters were (`Subscriber.lag`)."""
+    """The agent as the actor calls it, recording at each policy call how
+    many updates old the parameters are (`Subscriber.lag`), as the thread
+    mode's agent records them when a call takes its parameters."""
 
     def __init__(self, agent, subscriber):
         self.agent, self.subscriber = agent, subscriber
@@ -112,9 +113,8 @@ class _Lagged:
 
     def policy(self, carry, obs, mode='train'):
         self.subscriber.check()  # A failed read ends the actor's server.
-        result = self.agent.policy(carry, obs, mode)
-        self.subscriber.lag()
-        return result
+        self.subscriber.lag()  # Of the parameters the call starts with.
+        return self.agent.policy(carry, obs, mode)
 
 
 class PolicyControl(ActingControl):
