@@ -180,7 +180,7 @@ def measure_all(args, platform, tmp, cache):
         args, platform, logdir, cache, args.seconds, 250)}
     runs['relaunch'] = run_parallel(
         args, platform, logdir, cache, args.relaunch_seconds, 310)
-    for mode, steps in (('thread', 370), ('process', 430)):
+    for mode, steps in (('thread', 340), ('process', 370)):
         runs[mode] = run_mode(args, platform, logdir, cache, mode, steps)
     speed = agent_speeds(args, platform, tmp, cache)
     standalone = speed.get('ours', {}).get('train_rate')

@@ -14,7 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_quick_check_gives_every_row(tmp_path):
     """Each step of the check runs: the cold parallel launch, the relaunch
-    (a resume that compiles nothing anew), agent_speed, the default-size
+    (a resume that compiles nothing anew), a resume in each mode of
+    run.policy_process, agent_speed, the default-size
     launch (with --quick on the runs' warm cache: its configs are theirs)
     and the policy probe."""
     table = tmp_path / 'table.md'
@@ -39,6 +40,16 @@ def test_quick_check_gives_every_row(tmp_path):
         r'([\d.]+) s', relaunch).groups()
     assert 0 < float(compile_s) and 0 < float(first)
     assert anew == '0', relaunch  # The resume's programs all came cached.
+    for mode in ('thread', 'process'):
+        row = rows[f'parallel, 4 envs, run.policy_process {mode}, 20 s, '
+                   f'warm cache (resume)']
+        assert float(re.search(r'(\d+) env steps/s', row).group(1)) > 0, row
+    # The targets, against both mode runs (no steady window or GPU
+    # utilization in runs this short on CPU: those cells may stay open).
+    learner = re.search(
+        r'^\| learner at least 85% of standalone \| (\d+)% \| (\d+)% \|',
+        text, re.M)
+    assert learner, text
     speed = rows['agent_speed: ours (warm cache)']
     assert float(re.search(r'([\d.]+) train steps/s', speed).group(1)) > 0
     default = next(v for k, v in rows.items()
