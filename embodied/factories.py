@@ -115,8 +115,12 @@ def make_agent(config, make_env=None):
 def _join_replicas(config):
     """Joins the run's replicas (JAX's distributed runtime), refuses a
     replica whose config differs from replica 0's, and checks that all see
-    one logdir; in the process that builds the agent, before it is built."""
+    one logdir; in the process that builds the agent, before it is built
+    (not in a process `distributed.stay_local` kept out: a policy
+    process)."""
     from embodied.jax import distributed
+    if distributed.local():
+        return
     distributed.start(config)
     distributed.check_same_config(config)
     distributed.check_shared_logdir(config.logdir)

@@ -51,6 +51,7 @@ GLOO_ENV = 'EMBODIED_GLOO_ADDRESS'
 
 _lock = threading.Lock()
 _state = {}  # replica, replicas, address once started
+_local = {}  # replica, replicas of a process that `stay_local` marked
 
 
 class ReplicaError(RuntimeError):
@@ -77,14 +78,43 @@ def replicas():
     return _state.get('replicas', 1)
 
 
+def stay_local(replica, replicas):
+    """Marks this process as one of replica `replica`'s (of `replicas`)
+    that builds an agent on its own host's devices alone, outside the
+    replicas' runtime: the policy process, fed the parameters by its
+    replica's learner. `start` joins nothing here; `acting_replica` still
+    names the replica, whose envs the process acts in."""
+    if _state:
+        raise ReplicaError(
+            f'This process joined the run as replica {_state["replica"]}; '
+            f'it cannot also act outside the replicas\' runtime.')
+    _local.update(replica=int(replica), replicas=int(replicas))
+
+
+def local():
+    """Whether `stay_local` kept this process out of the runtime."""
+    return bool(_local)
+
+
+def acting_replica():
+    """The replica whose envs this process acts in, in a run of several
+    replicas (joined, or kept local by `stay_local`); None with one."""
+    if _state:
+        return _state['replica']
+    if _local and _local['replicas'] > 1:
+        return _local['replica']
+    return None
+
+
 def start(config):
     """Joins the run's replicas when `config.replicas > 1`; does nothing
-    otherwise or when already joined. `config` holds `replica`, `replicas`,
+    otherwise, when already joined or in a process `stay_local` marked.
+    `config` holds `replica`, `replicas`,
     `jax` (with `coordinator_address`, `platform`) and optionally
     `run.connect_timeout`, the seconds to wait for the coordinator and the
     other replicas. Must run before JAX first uses a device."""
     count = int(config.get('replicas', 1))
-    if count <= 1:
+    if count <= 1 or _local:
         return False
     index = int(config.get('replica', 0))
     address = str(config.jax.get('coordinator_address', '') or '')

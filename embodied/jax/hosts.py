@@ -27,19 +27,20 @@ def local_rows(batch_size):
 
 def policy_init_stream():
     """The seed stream of policy carries: 'init' as in the original with
-    one process; with replicas 'policy', so that the 'init' stream, which
+    one replica; with several 'policy', so that the 'init' stream, which
     the learner's collective calls read, advances alike on every replica
     however often each one's actor starts carries."""
-    return 'policy' if jax.process_count() > 1 else 'init'
+    return 'init' if distributed.acting_replica() is None else 'policy'
 
 
 def seed_entropy(name, entropy):
     """The entropy of a call's seed of stream `name`: with replicas, each
     one acts in its own envs with its own randomness ('policy' adds the
-    replica's index); the learner's streams stay the same on every
-    replica."""
-    if name == 'policy' and jax.process_count() > 1:
-        return [*entropy, jax.process_index()]
+    replica's index, in its agent's process or its policy process); the
+    learner's streams stay the same on every replica."""
+    replica = distributed.acting_replica()
+    if name == 'policy' and replica is not None:
+        return [*entropy, replica]
     return entropy
 
 

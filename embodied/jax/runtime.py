@@ -272,9 +272,11 @@ def _train_devices_every_host(jax, devices, indices, text):
 
 
 def _distributed():
+    """Whether this process is one of a run's replicas: joined, or kept
+    local (`distributed.stay_local`)."""
     try:
         from embodied.jax import distributed
-        return distributed.started()
+        return distributed.started() or distributed.local()
     except ImportError:
         return False
 

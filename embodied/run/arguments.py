@@ -59,16 +59,15 @@ CUDA_PLUGINS = ('jax_cuda12_plugin', 'jax_cuda13_plugin')
 
 def policy_process(args, platform='auto'):
     """`run.policy_process` with `auto` resolved: 'process' where JAX
-    runs on an NVIDIA GPU with one replica, else 'thread'. For
+    runs on an NVIDIA GPU (one policy process per replica), else
+    'thread'. For
     `jax.platform` auto, a GPU counts when a CUDA backend of JAX is
     installed and a device node of the NVIDIA driver exists (nothing
     starts JAX here)."""
     value = args.get('policy_process', 'auto')
     if value != 'auto':
         return value
-    replicas = args.get('replicas', 1)
-    if not isinstance(replicas, int) or replicas > 1 or platform in (
-            'cpu', 'tpu'):
+    if platform in ('cpu', 'tpu'):
         return 'thread'
     if platform == 'auto':
         chosen = os.environ.get('JAX_PLATFORMS', '')

@@ -120,12 +120,6 @@ def check_parallel(args):
             'run.actor_batch', batch,
             f'at most run.envs ({envs}) for the parallel script: a policy '
             f'batch would never fill')])
-    if args.get('policy_process') == 'process' and args.get(
-            'replicas', 1) > 1:
-        raise BadValue([_problem(
-            'run.policy_process', 'process',
-            f'thread or auto with replicas ({args["replicas"]}): a policy '
-            f'process per replica is not supported')])
 
 
 def check_config(config, replays=True):

@@ -1,8 +1,10 @@
 """`--script parallel` as two replicas on loopback. A SIGTERM stops the run
 with one final save at one tag in every replica and exit 0, whether it
 reaches every process (a scheduler stopping the job) or one replica's
-launcher only; the next launch resumes from that save. (A parallel run of
-two replicas to its steps: tests/run/test_replicas_hosts.py.)"""
+launcher only; the next launch resumes from that save. The first launch
+runs the policy in a process of its own (`run.policy_process process`),
+one per replica; the second resumes its save in the thread mode. (A
+parallel run of two replicas to its steps: tests/run/test_replicas_hosts.py.)"""
 
 import re
 import signal
@@ -11,7 +13,7 @@ import pytest
 
 import launch
 from tests.run.test_replicas import (
-    common_tag, finish, free_port, replica_flags)
+    common_tag, digest, finish, free_port, replica_flags)
 
 pytestmark = pytest.mark.slow
 
@@ -20,6 +22,8 @@ LOSS = re.compile(r'train/loss/\w+ ')
 # Runs until stopped, saving only at the start and at the stop.
 PARALLEL = ('--script', 'parallel', '--run.steps', 1e6,
             '--run.save_every', 1e6)
+# A replica's launcher names its workers; with the policy process, one.
+POLICY = re.compile(r'Workers: Policy \(pid \d+\), Agent')
 
 
 def launch_replicas(tmp_path, logdir, name, *extra):
@@ -53,6 +57,8 @@ def stop_and_check(procs, logdir, send):
     assert tag is not None and tag > before, (tag, before)
     for role in ('agent', 'replay/00000', 'replay/00001'):
         assert launch.saved_tags(logdir, role)[-1] == tag, role
+    # One set of parameters: the learners stopped after the same update.
+    assert digest(outputs[0]) == digest(outputs[1])
     return tag, outputs
 
 
@@ -68,10 +74,14 @@ def test_sigterm_to_all_or_one_replica_saves_at_one_tag_and_resumes(
         for proc in procs:
             proc.signal_group(signal.SIGTERM)
 
-    procs = launch_replicas(tmp_path, logdir, 'all')
+    # The policy processes get the SIGTERM too, and leave the stop to
+    # their launchers.
+    procs = launch_replicas(
+        tmp_path, logdir, 'all', '--run.policy_process', 'process')
     first, outputs = stop_and_check(procs, logdir, to_every_process)
     for output in outputs:
         assert 'Received a stop signal' in output, output[-3000:]
+        assert POLICY.search(output), output[:3000]
 
     def to_replica_1(procs):
         procs[1].terminate(signal.SIGTERM)
@@ -82,5 +92,6 @@ def test_sigterm_to_all_or_one_replica_saves_at_one_tag_and_resumes(
         resumed = re.findall(
             r'Learner resumed the agent from the save at step (\d+)', output)
         assert resumed == [str(first)], (resumed, first, output[-3000:])
+    assert not POLICY.search(outputs[0] + outputs[1])
     assert 'Received a stop signal' in outputs[1], outputs[1][-3000:]
     assert 'Another replica stopped the run' in outputs[0], outputs[0][-3000:]

@@ -27,9 +27,6 @@ BAD = [
     (('--run.policy_process', 'yes'), 'run.policy_process'),
     (('--run.policy_sync_every', '0'), 'run.policy_sync_every'),
     (('--run.policy_memory', '1.5'), 'run.policy_memory'),
-    # One policy process per replica is not supported.
-    (('--run.policy_process', 'process', '--replicas', '2'),
-     'run.policy_process'),
 ]
 
 

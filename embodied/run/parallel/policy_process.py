@@ -5,7 +5,9 @@ queue behind the train steps on the agent process's one compute stream.
 
     parallel_policy(make_agent, args):
         agent = make_agent(), built for acting only (the policy programs
-                alone), in run.policy_memory of the GPU's memory
+                alone), in run.policy_memory of the GPU's memory; of a
+                replica: on its host's devices, outside JAX's distributed
+                runtime, which its replica's agent joins
         agent's server (run.agent_addr) .policy_buffer() -> the buffer
         Subscriber: each new generation of the parameters to the policy
                 devices, installed between policy calls (param_sync.py);
@@ -42,6 +44,11 @@ from embodied.run.parallel.link import AgentLink
 def parallel_policy(make_agent, args):
     """The actor and the policy, fed the learner's parameters."""
     args = arguments.normalize(args)
+    if args.replicas > 1:
+        # Its replica's learner joins the replicas' runtime; the policy
+        # acts on this host's devices with the parameters it publishes.
+        from embodied.jax import distributed
+        distributed.stay_local(args.replica, args.replicas)
     agent = build(make_agent, args, 'policy')
     buffer = _buffer(args)
     subscriber = None
@@ -77,7 +84,8 @@ def _new_seeds(agent, updates):
     when the process started) times 2**32, so a resumed run draws other
     seeds than the launches before it, as the thread mode's agent, which
     continues its saved stream, does. Before the first parameters: a load
-    replaces the acting ones."""
+    replaces the acting ones. Of a replica, the seeds hold its index
+    (`embodied.jax.hosts.seed_entropy`), as its agent's would."""
     agent.load({'rng/policy': np.int64(int(updates) << 32)},
                regex='^rng/policy$')
 

@@ -95,6 +95,33 @@ def test_each_launch_of_the_policy_process_draws_its_own_seeds():
     assert agent.save()['rng/policy'] == 7 << 32
 
 
+def test_the_policy_process_of_a_replica_joins_nothing_and_draws_its_seeds(
+        monkeypatch):
+    """A replica's policy process stays out of JAX's distributed runtime
+    (its replica's agent joins it) and acts with seeds that hold the
+    replica's index, as the agent of that replica would."""
+    from embodied.jax import distributed
+    from embodied.jax import hosts
+    from embodied.run.parallel import policy_process
+    monkeypatch.setattr(distributed, '_local', {})
+    agent = ToyAgent(OBS, ACT, make_config())
+    carry, obs = agent.init_policy(4), make_obs()
+    actions, entropies = [], []
+    for replica in (0, 1):
+        distributed.stay_local(replica, 2)
+        config = elements.Config(
+            replica=replica, replicas=2,
+            jax={'coordinator_address': '127.0.0.1:1'})
+        assert distributed.start(config) is False
+        assert not distributed.started()
+        entropies.append(hosts.seed_entropy('policy', [0, 1, 2]))
+        policy_process._new_seeds(agent, 3)
+        actions.append(agent.policy(carry, obs)[1]['action'])
+    assert entropies == [[0, 1, 2, 0], [0, 1, 2, 1]]
+    assert hosts.policy_init_stream() == 'policy'
+    assert not np.array_equal(*actions)
+
+
 def test_each_process_builds_its_part_in_its_share_of_gpu_memory(
         monkeypatch):
     from embodied.run import arguments

@@ -125,11 +125,13 @@ def test_the_policy_process_takes_the_actors_address_in_process_mode():
     assert roles.joined('agent', args) == ['agent', 'policy']
 
 
-def test_auto_is_thread_on_cpu_and_with_replicas():
+def test_auto_is_thread_on_cpu_and_process_on_gpu_with_replicas_too():
     from embodied.run import arguments
     args = dict(logdir='/tmp/x', policy_process='auto')
     assert arguments.policy_process(args, 'cpu') == 'thread'
+    assert arguments.policy_process({**args, 'replicas': 2}, 'cpu') == (
+        'thread')
     assert arguments.policy_process(args, 'cuda') == 'process'
     assert arguments.policy_process({**args, 'replicas': 2}, 'cuda') == (
-        'thread')
+        'process')
     assert arguments.normalize(args).policy_process in ('thread', 'process')
