@@ -4,7 +4,8 @@ reaches every process (a scheduler stopping the job) or one replica's
 launcher only; the next launch resumes from that save. The first launch
 runs the policy in a process of its own (`run.policy_process process`),
 one per replica; the second resumes its save in the thread mode. (A
-parallel run of two replicas to its steps: tests/run/test_replicas_hosts.py.)"""
+parallel run of two replicas to its steps:
+tests/run/test_replicas_hosts.py.)"""
 
 import re
 import signal
