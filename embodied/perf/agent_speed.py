@@ -27,8 +27,18 @@ of `--policy_calls` policy calls on `--policy_batch` observations after the
 first (compiling) call, whose time is `policy compile s`. `peak mem` is the
 device's peak bytes in use where the device reports it (GPU), else the
 process's peak resident memory (CPU); `cache MiB` what its compiles left in
-the persistent compilation cache (fresh for every measurement). A setup that cannot run here is
-reported with the reason and skipped.
+the persistent compilation cache (fresh for every measurement). With
+`--report_calls N`, `report compile s` is the report program's compile,
+timed once more with JAX's caches off, and `reports/s` the rate of N
+reports on one fixed batch (both for bases that compile `_jit_report`). A setup
+that cannot run here is reported with the reason and skipped.
+
+Variants. `--variant 'NAME:FLAGS'` adds our agent with FLAGS as a setup
+named NAME, measured in the same alternating rounds, e.g. the open-loop
+videos of the report off beside on:
+
+    python -m embodied.perf.agent_speed --configs size1m --task dummy_disc \
+        --variant 'no openloop:--agent.report_openloop False'
 
 Layouts. `--jax.train_mesh 8,1,1 1,8,1` measures our agent at each train
 mesh (`--jax.policy_mesh` sets the policy's), e.g. on 8 GPUs, or with
@@ -61,7 +71,8 @@ WORKER = r'''
 import json, resource, sys, tempfile, time
 import numpy as np
 
-setup, flags, train_steps, policy_calls, policy_batch = json.loads(sys.argv[1])
+(setup, flags, train_steps, policy_calls, policy_batch,
+ report_calls) = json.loads(sys.argv[1])
 logdir = tempfile.mkdtemp()
 start = time.perf_counter()
 if setup == 'original':
@@ -94,12 +105,16 @@ def sample(space, shape):
             space.dtype)
     return rng.normal(size=shape + space.shape).astype(space.dtype)
 
+def make_batch(B, T):
+    batch = {k: sample(v, (B, T)) for k, v in agent.spaces.items()}
+    for key in ('is_first', 'is_last', 'is_terminal'):
+        batch[key] = np.zeros((B, T), bool)
+    if 'consec' in batch:
+        batch['consec'] = np.zeros((B, T), np.int32)
+    return batch
+
 B, T = config.batch_size, config.batch_length + config.replay_context
-batch = {k: sample(v, (B, T)) for k, v in agent.spaces.items()}
-for key in ('is_first', 'is_last', 'is_terminal'):
-    batch[key] = np.zeros((B, T), bool)
-if 'consec' in batch:
-    batch['consec'] = np.zeros((B, T), np.int32)
+batch = make_batch(B, T)
 
 def batches():
     while True:
@@ -120,6 +135,28 @@ for _ in range(train_steps):
 jax.block_until_ready(carry)
 train_rate = train_steps / (time.perf_counter() - start)
 carry_train = carry
+
+# The report (bases that compile it as `_jit_report`): its compile time,
+# compiled once more here with JAX's caches off (the background compile
+# filled them), and its calls per second on one fixed batch.
+report_compile = report_rate = float('nan')
+if hasattr(agent, '_jit_report') and report_calls:
+    report_batch = make_batch(B, config.report_length + config.replay_context)
+    carry = agent.init_report(B)
+    data = agent._prepare_batch(dict(report_batch), 'report')
+    jax.config.update('jax_enable_compilation_cache', False)
+    jax.clear_caches()  # Else the compile of the first report is reused.
+    start = time.perf_counter()
+    agent._jit_report.lower(
+        agent._state, carry, data, np.zeros(2, np.uint32)).compile()
+    report_compile = time.perf_counter() - start
+    jax.config.update('jax_enable_compilation_cache', True)
+    for _ in range(2):
+        carry, _ = agent.report(carry, dict(report_batch))
+    start = time.perf_counter()
+    for _ in range(report_calls):
+        carry, _ = agent.report(carry, dict(report_batch))
+    report_rate = report_calls / (time.perf_counter() - start)
 
 obs = {k: sample(v, (policy_batch,)) for k, v in agent.obs_space.items()}
 obs['is_first'] = np.zeros(policy_batch, bool)
@@ -163,6 +200,7 @@ else:
     peak_kind = 'process RSS'
 print('RESULT ' + json.dumps(dict(
     build=build, first_train=first_train, train_rate=train_rate,
+    report_compile=report_compile, report_rate=report_rate,
     policy_compile=policy_compile,
     policy_p50_ms=1000 * float(np.percentile(latencies, 50)),
     policy_p95_ms=1000 * float(np.percentile(latencies, 95)),
@@ -182,6 +220,8 @@ COLUMNS = (
     ('policy_p95_ms', 'policy p95 ms', '{:.2f}'),
     ('build', 'build s', '{:.1f}'),
     ('first_train', 'first train s', '{:.1f}'),
+    ('report_compile', 'report compile s', '{:.1f}'),
+    ('report_rate', 'reports/s', '{:.2f}'),
     ('policy_compile', 'policy compile s', '{:.1f}'),
     ('peak_gb', 'peak mem GiB', '{:.2f}'),
     ('devices', 'train devices', '{:.0f}'),
@@ -193,29 +233,7 @@ COLUMNS = (
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--configs', nargs='+', default=['debug'])
-    parser.add_argument('--rounds', type=int, default=3)
-    parser.add_argument('--train_steps', type=int, default=50)
-    parser.add_argument('--policy_calls', type=int, default=200)
-    parser.add_argument('--policy_batch', type=int, default=16)
-    parser.add_argument('--platform', default='',
-                        help="jax.platform for every setup (default: 'cuda' "
-                             "where nvidia-smi exists, else 'cpu')")
-    parser.add_argument('--old', default='',
-                        help='also measure this base at this git revision')
-    parser.add_argument('--setups', default='',
-                        help='comma-separated subset of the setups to run')
-    parser.add_argument(
-        '--jax.train_mesh', dest='train_mesh', nargs='+', default=[],
-        help="measure ours at each of these train meshes ('d,f,t'), e.g. "
-             "8,1,1 1,8,1 (with --jax.mock_devices 8 on CPU)")
-    parser.add_argument(
-        '--jax.policy_mesh', dest='policy_mesh', default='',
-        help='the policy mesh for every setup')
-    parser.add_argument('--markdown', default='',
-                        help='also write the table to this file')
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parse_args(argv)
     platform = args.platform or (
         'cuda' if shutil.which('nvidia-smi') else 'cpu')
     flags = [
@@ -250,6 +268,41 @@ def main(argv=None):
         pathlib.Path(args.markdown).write_text(table + '\n')
 
 
+def parse_args(argv):
+    """The tool's own options and the flags it passes on to every setup."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--configs', nargs='+', default=['debug'])
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--train_steps', type=int, default=50)
+    parser.add_argument('--policy_calls', type=int, default=200)
+    parser.add_argument('--policy_batch', type=int, default=16)
+    parser.add_argument('--report_calls', type=int, default=0,
+                        help='also measure the report: its compile time and '
+                             'the rate of this many calls (0: not measured)')
+    parser.add_argument(
+        '--variant', action='append', default=[], metavar='NAME:FLAGS',
+        help="also measure ours with these flags added, as a setup named "
+             "NAME, e.g. 'no openloop:--agent.report_openloop False'; "
+             "repeatable")
+    parser.add_argument('--platform', default='',
+                        help="jax.platform for every setup (default: 'cuda' "
+                             "where nvidia-smi exists, else 'cpu')")
+    parser.add_argument('--old', default='',
+                        help='also measure this base at this git revision')
+    parser.add_argument('--setups', default='',
+                        help='comma-separated subset of the setups to run')
+    parser.add_argument(
+        '--jax.train_mesh', dest='train_mesh', nargs='+', default=[],
+        help="measure ours at each of these train meshes ('d,f,t'), e.g. "
+             "8,1,1 1,8,1 (with --jax.mock_devices 8 on CPU)")
+    parser.add_argument(
+        '--jax.policy_mesh', dest='policy_mesh', default='',
+        help='the policy mesh for every setup')
+    parser.add_argument('--markdown', default='',
+                        help='also write the table to this file')
+    return parser.parse_known_args(argv)
+
+
 def make_setups(args, tmp, platform):
     """{name: (PYTHONPATH entries, setup kind, agent flags)} and {name:
     reason} for those that cannot run here."""
@@ -274,6 +327,13 @@ def make_setups(args, tmp, platform):
     if args.old:
         old = checkout.trees(args.old, tmp)[args.old]
         setups[f'ours@{args.old}'] = ([str(old)], 'ours', ours)
+    for variant in getattr(args, 'variant', ()):
+        name, sep, flags = variant.partition(':')
+        if not sep or not name.strip():
+            raise SystemExit(
+                f"--variant {variant!r}: expected NAME:FLAGS, e.g. "
+                f"'no openloop:--agent.report_openloop False'.")
+        setups[name.strip()] = ([str(ROOT)], 'ours', [*ours, *flags.split()])
     if args.train_mesh:
         setups.pop('ours')
         setups = {
@@ -332,7 +392,7 @@ def measure(setup, flags, args, scratch, cache=None):
         env['JAX_PLATFORMS'] = 'cpu'
     payload = json.dumps([
         kind, [*agent_flags, *flags], args.train_steps, args.policy_calls,
-        args.policy_batch])
+        args.policy_batch, getattr(args, 'report_calls', 0)])
     result = subprocess.run(
         [sys.executable, '-c', WORKER, payload], cwd=paths[0], env=env,
         capture_output=True, text=True, timeout=3600)
@@ -356,6 +416,10 @@ def render(results, flags, rounds):
         return 'No setup could be measured.'
     names = list(results)
     first = results[names[0]][0]
+    columns = [
+        (key, title, fmt) for key, title, fmt in COLUMNS
+        if not key.startswith('report_') or any(
+            r[key] == r[key] for rows in results.values() for r in rows)]
     lines = [
         f'DreamerV3 agent speed on {first["device"]}, flags: '
         f'{" ".join(flags)}; train batch {first["batch"][0]}x'
@@ -363,14 +427,14 @@ def render(results, flags, rounds):
         f'medians of {rounds} alternating rounds; peak mem is '
         f'{first["peak_kind"]}',
         '',
-        '| setup | ' + ' | '.join(title for _, title, _ in COLUMNS) +
+        '| setup | ' + ' | '.join(title for _, title, _ in columns) +
         ' | best steps/s | steps/s vs first | policy p50 vs first |',
-        '|---' * (len(COLUMNS) + 4) + '|']
+        '|---' * (len(columns) + 4) + '|']
     base = results[names[0]]
     for name in names:
         rows = results[name]
         cells = [fmt.format(statistics.median(r[key] for r in rows))
-                 for key, _, fmt in COLUMNS]
+                 for key, _, fmt in columns]
         ratio = lambda key: statistics.median(
             n[key] / o[key] for o, n in zip(base, rows))
         cells.append(f'{max(r["train_rate"] for r in rows):.2f}')
