@@ -70,12 +70,20 @@ def to_device(arrays, shardings, pinned=False):
     def put(key, value):
         sharding = shardings[key] if isinstance(shardings, dict) else (
             shardings)
+        if _on_host(sharding):
+            # A CPU device's buffer is host memory, which JAX may share
+            # with a numpy array despite may_alias=False.
+            value = np.array(value, copy=True)
         if pinned:
             host = sharding.with_memory_kind(PINNED)
             value = jax.device_put(value, host, may_alias=False)
         return jax.device_put(value, sharding, may_alias=False)
     result = {k: put(k, v) for k, v in arrays.items()}
     return jax.block_until_ready(result)
+
+
+def _on_host(sharding):
+    return all(d.platform == 'cpu' for d in sharding.device_set)
 
 
 class Publisher:

@@ -194,7 +194,7 @@ def test_the_benchmark_runs_the_runner_on_the_simulated_device(tmp_path):
     table = tmp_path / 'table.md'
     result = subprocess.run(
         [sys.executable, '-m', 'devtools.one_gpu', '--envs', '4',
-         '--dilate', '1', '--seconds', '8', '--warmup', '2',
+         '--dilate', '1', '--seconds', '20', '--warmup', '2',
          '--train_ms', '20', '--env_ms', '2', '--markdown', str(table)],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
