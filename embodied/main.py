@@ -110,6 +110,12 @@ def _end_if_resource_ran_out(config, error):
     if config.replicas > 1:
         _end_replica(RuntimeError(line), code=code)
     print(f'error: {line}', file=sys.stderr, flush=True)
+    if memory is not None:
+        # The roles are stopped and saved. After a device error, JAX's
+        # native threads can abort the interpreter's teardown (SIGABRT
+        # instead of the exit code), so leave without it.
+        sys.stdout.flush()
+        os._exit(code)
     sys.exit(code)
 
 
