@@ -64,6 +64,11 @@ def test_each_update_reaches_the_policy_devices(tmp_path, pinned):
         for _ in range(3):
             learner.update()
             wait_until(lambda: installed[-1][0] == learner.count)
+        # Each installed copy keeps its version's values while the writer
+        # rewrites both slots of the buffer after it.
+        for version, params in installed:
+            np.testing.assert_array_equal(
+                params['w'], np.full((64, 32), version))
         version, params = installed[-1]
         assert isinstance(params['w'], jax.Array)
         assert params['w'].sharding == sharding
@@ -102,19 +107,6 @@ def test_every_n_updates_and_the_lag_the_learner_reads(tmp_path):
     finally:
         subscriber.close()
         publisher.close()
-
-
-def test_host_and_device_copies_never_alias_the_slot():
-    params = {'w': jnp.arange(8, dtype=jnp.float32)}
-    slot = {'w': np.zeros(8, np.float32)}
-    for pinned in (False, True):
-        param_sync.to_host(params, slot, pinned)
-        np.testing.assert_array_equal(slot['w'], np.arange(8))
-        back = param_sync.to_device(
-            slot, jax.sharding.SingleDeviceSharding(jax.devices()[0]), pinned)
-        slot['w'][:] = -1  # The writer reuses the slot later.
-        np.testing.assert_array_equal(back['w'], np.arange(8))
-        assert back['w'].sharding.memory_kind in (None, 'device')
 
 
 def test_a_layout_change_is_refused_by_the_reader(tmp_path):
