@@ -28,7 +28,7 @@ from embodied.core import linewise
 from embodied.envs import own
 from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
-from embodied.run import roles
+from embodied.run.parallel import roles
 from embodied.run import validation
 from embodied.run.parallel import connections
 

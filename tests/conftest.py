@@ -76,7 +76,7 @@ LONGEST_FIRST = (
     'tests/run/test_replicas_hosts.py',
     'tests/run/parallel/test_env_suites_parallel.py',
     'tests/envs/test_env_bsuite.py',
-    'tests/run/parallel/test_policy_process.py',
+    'tests/run/parallel/test_policy_role.py',
     'tests/run/test_out_of_memory.py', 'tests/test_policy_page.py')
 
 

@@ -19,7 +19,7 @@ parallel role calls `resume_role` for its own.
 import elements
 
 from embodied.core import checkpoint as cplib
-from embodied.run import roles as roleslib
+from embodied.run.parallel import roles as roleslib
 
 ROLES = roleslib.SAVED  # The roles that save, by name.
 

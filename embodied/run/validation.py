@@ -24,7 +24,7 @@ import re
 from embodied.core.errors import BadValue
 from embodied.rpc import addresses
 from embodied.run import replay_size
-from embodied.run import roles
+from embodied.run.parallel import roles
 
 
 # key: (check, what is allowed). A clock with every 0 never fires and with a

@@ -1,101 +1,54 @@
 """The parallel runner: agent, replay, logger and envs in separate workers.
 
-    env workers ──act(obs)──► agent: actor thread ──add_batch──► replay
-               ◄──actions───         (batches envs)  ──tran─────► logger
-                                    learner thread ◄─sample_batch_*─ replay
-                                                   ──update───────►
-                                                   ──add(metrics)─► logger
-    launcher (`combined`): starts the workers, decides stop and save, prints
-    progress.
+One module per role, named as the role: `launcher` (`combined`, the
+command's own process), `agent` (the learner's process, with the `actor`
+and `learner` threads), `policy` (the actor and the policy in a process of
+their own, with `run.policy_worker process`), `replay`, `logger` and `env`.
+The table of roles, from which the launcher, the address keys, the saves
+and the separate commands derive, is `roles`; the launcher's state machine
+is `lifecycle`, the control methods every role serves `control`. docs/
+parallel.md walks one observation through these modules.
 
-The roles, how each starts, where it serves, what it saves and its stop
-stages are one table, `embodied.run.roles` (`roles_table()` renders it).
-One module per role (agent_process with its actor and learner threads,
-replay_server, logger_server, env). A role with a server serves the RPC
-methods its classes declare in their `RPC` tables ({method: who calls
-it}), which `connections.bind_role` binds and `rpc_table()` lists; the
-learner and the env workers are clients only. Helpers: `entry`
-(`combined`), `launcher` (the launcher's lifecycle as one state machine),
-`lifecycle` (the control methods every role serves, declared once),
-`link` (what actor and learner share), `remote_roles` (roles started as
-separate commands), `connections` (servers, clients, factories as bytes)
-and `replay_files` (the replay's files in the logdir). Entry points keep
-the original's signatures; every factory may be given as a callable or as
-its cloudpickled bytes.
+Importing this package imports no role module: each name below is loaded
+on first use, so `embodied.run.parallel.roles` stays cheap for the
+single-process scripts and the config checks that read it.
 """
 
-from embodied.run.parallel.actor import ActorRole
-from embodied.run.parallel.actor import parallel_actor
-from embodied.run.parallel.agent_process import AgentControl
-from embodied.run.parallel.agent_process import parallel_agent
-from embodied.run.parallel.env import parallel_env
-from embodied.run.parallel.env import parallel_envs
-from embodied.run.parallel.entry import combined
-from embodied.run.parallel.learner import parallel_learner
-from embodied.run.parallel.logger_server import LoggerRole
-from embodied.run.parallel.logger_server import parallel_logger
-from embodied.run.parallel.replay_server import ReplayRole
-from embodied.run.parallel.replay_server import parallel_replay
-from embodied.run import roles
-from embodied.run.saving import resume_tag
+import importlib
+
+# The package's exports: name -> the module that defines it.
+_EXPORTS = {
+    'combined': 'launcher',
+    'parallel_agent': 'agent',
+    'AgentControl': 'agent',
+    'parallel_actor': 'actor',
+    'ActorRole': 'actor',
+    'parallel_learner': 'learner',
+    'parallel_policy': 'policy',
+    'parallel_replay': 'replay',
+    'ReplayRole': 'replay',
+    'parallel_logger': 'logger',
+    'LoggerRole': 'logger',
+    'parallel_env': 'env',
+    'parallel_envs': 'env',
+    'roles_table': 'roles',
+    'rpc_table': 'roles',
+}
+
+# Modules renamed to their role's name; the old names still import.
+_RENAMED = {
+    'agent_process': 'agent', 'policy_process': 'policy',
+    'replay_server': 'replay', 'logger_server': 'logger', 'entry': 'launcher',
+}
+
+__all__ = sorted(_EXPORTS)
 
 
+def __getattr__(name):
+    if name in _EXPORTS:
+        module = importlib.import_module(f'{__name__}.{_EXPORTS[name]}')
+        return getattr(module, name)
+    if name in _RENAMED:
+        return importlib.import_module(f'{__name__}.{_RENAMED[name]}')
+    raise AttributeError(f"module '{__name__}' has no attribute '{name}'")
 
-def rpc_table():
-    """The RPC methods of every role as a markdown table: one row per
-    address, server and caller (`roles.TABLE`'s servers)."""
-    lines = ['| address | method | served by | called by |',
-             '|---|---|---|---|']
-    for role in roles.SERVED:
-        for cls in role.classes():
-            callers = {}
-            for method, caller in cls.RPC.items():
-                callers.setdefault(caller, []).append(f'`{method}`')
-            for caller, methods in callers.items():
-                lines.append(
-                    f'| {_address(role, cls)} | {", ".join(methods)} | '
-                    f'{role.name} (`{cls.__name__}`) | {caller} |')
-    return '\n'.join(lines)
-
-
-def _address(role, cls=None):
-    """A role's address key in words, with the key it cedes to (but for
-    `cls`, served at the address by whichever role is there)."""
-    if not role.addr:
-        return '–'
-    text = f'`run.{role.addr}`'
-    others = [other for other in roles.SERVED
-              if other is not role and other.addr == role.addr]
-    if cls is not None and any(
-            cls in other.classes() for other in others):
-        return text
-    if role.cede:
-        text += f' (`run.{role.cede}` with ' + ', '.join(
-            _condition(other) for other in others) + ')'
-    return text
-
-
-def _condition(role):
-    key, value = role.only
-    return f'`run.{key} {value}`'
-
-
-def roles_table():
-    """The roles of `roles.TABLE` as a markdown table."""
-    lines = ['| role | address | starts as | own command | saves | '
-             'stop stages (phase) |', '|---|---|---|---|---|---|']
-    for role in roles.TABLE:
-        if isinstance(role.process, str):
-            starts = f'thread; a process with `run.{role.process} True`'
-        else:
-            starts = 'process' if role.entry else 'processes (`run.envs`)'
-        if role.only:
-            starts += f', only with {_condition(role)}'
-        own = ', '.join(f'`--script {s}`' for s in role.scripts)
-        own = f'{own} (`run.{role.separate} True`)' if own else '–'
-        stages = ', '.join(f'{stage} ({phase})' for stage, phase in role.stop)
-        lines.append(
-            f'| {role.name} | {_address(role)} '
-            f'| {starts} | {own} | '
-            f'{f"`ckpt/{role.name}`" if role.saves else "–"} | {stages} |')
-    return '\n'.join(lines)

@@ -17,7 +17,7 @@ requests.
 
 The server on `run.actor_addr` is the agent process's one server: the actor
 binds `act` on it, next to the agent's control methods (`AgentControl` in
-agent_process.py, handed to `parallel_actor` as `control`).
+agent.py, handed to `parallel_actor` as `control`).
 
 RPC methods served: `ActorRole.RPC`. Called: replay `add_batch`, logger
 `tran`.
@@ -34,7 +34,7 @@ from embodied import rpc
 from embodied.core import checks
 from embodied.run import arguments
 from embodied.run.parallel import connections
-from embodied.run.parallel import lifecycle
+from embodied.run.parallel import control
 from embodied.run.parallel.link import link_of
 from embodied.run.reporting import prefix
 
@@ -152,7 +152,7 @@ def backlog(args):
     return 8 * args.actor_threads
 
 
-class ActingControl(lifecycle.RoleControl):
+class ActingControl(control.RoleControl):
     """The control protocol's part of a role whose server serves `act`
     (`ActorRole`): the agent's (`AgentControl`) or the policy process's
     (`PolicyControl`). `attach` binds its methods on the server beside

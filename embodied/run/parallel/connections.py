@@ -11,7 +11,7 @@ import portal
 
 from embodied import rpc
 from embodied.rpc import auth as authlib
-from embodied.run import roles
+from embodied.run.parallel import roles
 from embodied.run import replay_size
 
 STOP_KEY = '__stop__'       # in an act reply: the env worker should exit

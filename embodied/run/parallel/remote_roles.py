@@ -8,7 +8,7 @@ import shlex
 import sys
 
 from embodied.rpc import auth
-from embodied.run import roles
+from embodied.run.parallel import roles
 
 # The command that starts each separately started role, by its flag.
 SCRIPTS = {flag: role.scripts[0] for flag, role in roles.SEPARATE.items()}

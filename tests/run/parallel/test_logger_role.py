@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from embodied.run import arguments
-from embodied.run.parallel.logger_server import LoggerRole
+from embodied.run.parallel.logger import LoggerRole
 
 
 class Written:

@@ -281,7 +281,7 @@ def test_taken_auto_port_is_retried(monkeypatch, taken):
     """A port another program takes between choosing and binding makes the
     launch retry with fresh ports instead of failing."""
     from embodied.rpc import addresses
-    from embodied.run.parallel import entry
+    from embodied.run.parallel import launcher
 
     calls = []
     fill_auto = addresses.fill_auto
@@ -304,13 +304,13 @@ def test_taken_auto_port_is_retried(monkeypatch, taken):
                     'Replay', rpc.supervisor.EXIT_PORT_TAKEN)
             return 'done'
 
-    monkeypatch.setattr(entry.rpc.addresses, 'fill_auto', flaky)
-    monkeypatch.setattr(entry.launcher, 'Launcher', FakeLaunch)
+    monkeypatch.setattr(launcher.rpc.addresses, 'fill_auto', flaky)
+    monkeypatch.setattr(launcher.lifecycle, 'Launcher', FakeLaunch)
     import elements
     args = elements.Config(
         envs=2, actor_batch=-1, actor_addr='localhost:{auto}',
         replay_addr='localhost:{auto}', logger_addr='localhost:{auto}')
-    result = entry.combined(
+    result = launcher.combined(
         *[lambda *a: None] * 7, args)
     assert result == 'done'
     assert FakeLaunch.attempts == taken + 1

@@ -12,7 +12,7 @@ import embodied
 from embodied import rpc
 from embodied.main import make_stream
 from embodied.run import arguments
-from embodied.run.parallel.replay_server import ReplayRole
+from embodied.run.parallel.replay import ReplayRole
 
 BATCH, LENGTH = 2, 4
 

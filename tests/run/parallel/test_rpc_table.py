@@ -5,7 +5,7 @@ in docs/parallel.md is the one the declarations give."""
 import launch
 from embodied.run.parallel import connections
 from embodied.run import parallel
-from embodied.run import roles
+from embodied.run.parallel import roles
 
 
 class RecordingServer:
@@ -50,23 +50,23 @@ def test_every_declared_method_exists_on_its_role():
 
 
 def test_every_role_serves_the_control_protocol_to_the_launcher():
-    from embodied.run.parallel import lifecycle
+    from embodied.run.parallel import control
     for role, cls in servers():
         if cls is parallel.ActorRole:
             continue  # `act` only; the agent's control shares its server.
         served = {m for m, caller in cls.RPC.items()
                   if caller == connections.LAUNCHER}
-        assert set(lifecycle.CONTROL) <= served, role
-        assert served - set(lifecycle.CONTROL) <= {'abandon'}, role
+        assert set(control.CONTROL) <= served, role
+        assert served - set(control.CONTROL) <= {'abandon'}, role
         assert cls.STAGES and all(
             hasattr(cls, f'_stop_{stage}') for stage in cls.STAGES), role
 
 
 def test_each_role_class_has_the_tables_name_and_stop_stages():
-    from embodied.run.parallel import lifecycle
+    from embodied.run.parallel import control
     controls = [(role, cls) for role, cls in servers()
-                if issubclass(cls, lifecycle.RoleControl)]
-    controls.append((roles.ROLES['envs'], lifecycle.EnvGroup))
+                if issubclass(cls, control.RoleControl)]
+    controls.append((roles.ROLES['envs'], control.EnvGroup))
     assert {role.name for role, _ in controls} == set(roles.ROLES)
     for role, cls in controls:
         assert cls.ROLE == role.name

@@ -12,14 +12,14 @@ of its own. "The agent process" below means whichever process holds it.
         wait; a failed thread ends the process with its exit code
 
 With `run.policy_process process` the actor and the policy run in the
-policy process instead (policy_process.py), and the agent is built for
+policy process instead (policy.py), and the agent is built for
 learning only (no policy compiled); the actor thread's place is taken by
 `serve_control`, which publishes the policy's parameters to a shared-memory
 buffer (`embodied.jax.param_sync.Publisher`, every `run.policy_sync_every`
 updates) and serves the control at `run.agent_addr`.
 
 `AgentControl` is the agent's side of the control protocol
-(lifecycle.py): status, quiesce, save, resume, stop. Its methods are served
+(control.py): status, quiesce, save, resume, stop. Its methods are served
 on the actor's server at `run.actor_addr`, the one address the launcher,
 the env workers and the original's env processes all know (each bound
 method has its own threads, so a control call never waits behind `act`):
@@ -34,7 +34,7 @@ import time
 
 from embodied import rpc
 from embodied.run import arguments
-from embodied.run import roles
+from embodied.run.parallel import roles
 from embodied.run.parallel import connections
 from embodied.run.parallel.actor import ActingControl
 from embodied.run.parallel.actor import parallel_actor
@@ -142,7 +142,7 @@ def serve_control(agent, link, args, control):
 
 
 class AgentControl(ActingControl):
-    """The agent's side of the control protocol (lifecycle.py), bound by
+    """The agent's side of the control protocol (control.py), bound by
     `attach` on the actor's server (with the policy process: on the
     agent's own server, without an actor). The methods run on the server's
     threads and touch the actor and learner only through `link` (under the

@@ -16,7 +16,7 @@ queue behind the train steps on the agent process's one compute stream.
                 with `PolicyControl` beside it
 
 The agent process publishes the learner's parameters every
-`run.policy_sync_every` updates (`agent_process.serve_control`). Each policy
+`run.policy_sync_every` updates (`agent.serve_control`). Each policy
 call records how many updates old its parameters were; the record flows
 back through the buffer to the learner, which logs it as `policy_lag/mean`
 and `policy_lag/max` as in the thread mode. The process has nothing of its
@@ -33,11 +33,11 @@ import time
 import numpy as np
 
 from embodied.run import arguments
-from embodied.run import roles
+from embodied.run.parallel import roles
 from embodied.run.parallel import connections
 from embodied.run.parallel.actor import ActingControl
 from embodied.run.parallel.actor import parallel_actor
-from embodied.run.parallel.agent_process import build
+from embodied.run.parallel.agent import build
 from embodied.run.parallel.link import AgentLink
 
 
@@ -126,7 +126,7 @@ class _Lagged:
 
 
 class PolicyControl(ActingControl):
-    """The policy process's side of the control protocol (lifecycle.py),
+    """The policy process's side of the control protocol (control.py),
     bound on its actor's server at `run.actor_addr`. It saves nothing (its
     parameters come from the learner). Stop stages: 'envs' (every `act`
     from now on gets the stop reply), 'exit' (ends the server and the

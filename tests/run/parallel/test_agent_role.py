@@ -10,8 +10,8 @@ from embodied import rpc
 from embodied.run import arguments
 from embodied.run.parallel import connections
 from embodied.run.parallel import link as linklib
-from embodied.run.parallel.agent_process import AgentControl
-from embodied.run.parallel import lifecycle
+from embodied.run.parallel.agent import AgentControl
+from embodied.run.parallel import control as controllib
 
 from .test_actor_role import make_actor, obs
 
@@ -33,11 +33,11 @@ def control():
 
 
 def test_the_agent_serves_act_and_the_control_protocol(control):
-    # The launcher calls the stages of `roles.TABLE` (test_launcher.py
+    # The launcher calls the stages of `roles.TABLE` (test_lifecycle.py
     # follows its calls in order; test_rpc_table.py checks the stages).
     assert set(control.server.methods) == {
-        'act', 'policy_buffer', *lifecycle.CONTROL}
-    assert set(AgentControl.RPC) == {'policy_buffer', *lifecycle.CONTROL}
+        'act', 'policy_buffer', *controllib.CONTROL}
+    assert set(AgentControl.RPC) == {'policy_buffer', *controllib.CONTROL}
     assert control.policy_buffer() == {}  # No policy process to feed.
 
 

@@ -83,15 +83,15 @@ def test_acting_with_parameters_of_another_layout_names_them():
 def test_each_launch_of_the_policy_process_draws_its_own_seeds():
     """A resumed run's policy process does not draw the seeds of the
     launches before it: its stream starts at the learner's update count."""
-    from embodied.run.parallel import policy_process
+    from embodied.run.parallel import policy as policy_role
     agent = ToyAgent(OBS, ACT, make_config())
     carry, obs = agent.init_policy(4), make_obs()
     first = agent.policy(carry, obs)[1]['action']
-    policy_process._new_seeds(agent, 0)
+    policy_role._new_seeds(agent, 0)
     assert agent.save()['rng/policy'] == 0
     np.testing.assert_array_equal(agent.policy(carry, obs)[1]['action'],
                                   first)  # The same stream position.
-    policy_process._new_seeds(agent, 7)
+    policy_role._new_seeds(agent, 7)
     assert agent.save()['rng/policy'] == 7 << 32
 
 
@@ -102,7 +102,7 @@ def test_the_policy_process_of_a_replica_joins_nothing_and_draws_its_seeds(
     replica's index, as the agent of that replica would."""
     from embodied.jax import distributed
     from embodied.jax import hosts
-    from embodied.run.parallel import policy_process
+    from embodied.run.parallel import policy as policy_role
     monkeypatch.setattr(distributed, '_local', {})
     agent = ToyAgent(OBS, ACT, make_config())
     carry, obs = agent.init_policy(4), make_obs()
@@ -115,7 +115,7 @@ def test_the_policy_process_of_a_replica_joins_nothing_and_draws_its_seeds(
         assert distributed.start(config) is False
         assert not distributed.started()
         entropies.append(hosts.seed_entropy('policy', [0, 1, 2]))
-        policy_process._new_seeds(agent, 3)
+        policy_role._new_seeds(agent, 3)
         actions.append(agent.policy(carry, obs)[1]['action'])
     assert entropies == [[0, 1, 2, 0], [0, 1, 2, 1]]
     assert hosts.policy_init_stream() == 'policy'
@@ -125,26 +125,26 @@ def test_the_policy_process_of_a_replica_joins_nothing_and_draws_its_seeds(
 def test_each_process_builds_its_part_in_its_share_of_gpu_memory(
         monkeypatch):
     from embodied.run import arguments
-    from embodied.run.parallel import agent_process
-    variable = agent_process.MEMORY_VARIABLE
+    from embodied.run.parallel import agent as agent_role
+    variable = agent_role.MEMORY_VARIABLE
     monkeypatch.delenv(variable, raising=False)
-    monkeypatch.delenv(agent_process.MEMORY_MARK, raising=False)
+    monkeypatch.delenv(agent_role.MEMORY_MARK, raising=False)
     args = arguments.normalize(dict(
         logdir='/tmp/unused', policy_memory=0.2, agent_memory=0.5))
     part = lambda: compiling._PART
-    assert agent_process.build(part, args) is None
+    assert agent_role.build(part, args) is None
     assert variable not in os.environ  # The thread mode sets nothing.
-    assert agent_process.build(part, args, 'learner') == 'learner'
+    assert agent_role.build(part, args, 'learner') == 'learner'
     assert os.environ[variable] == '0.5'
     # A process started from this one (the env of a later launch's policy
     # process) inherits the share, and sets its own.
-    assert agent_process.build(part, args, 'policy') == 'policy'
+    assert agent_role.build(part, args, 'policy') == 'policy'
     assert os.environ[variable] == '0.2'
     assert compiling._PART is None
     # The user's own share wins.
-    monkeypatch.delenv(agent_process.MEMORY_MARK)
+    monkeypatch.delenv(agent_role.MEMORY_MARK)
     monkeypatch.setenv(variable, '0.9')
-    agent_process.build(part, args, 'learner')
+    agent_role.build(part, args, 'learner')
     assert os.environ[variable] == '0.9'
 
 

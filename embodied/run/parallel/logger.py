@@ -7,7 +7,7 @@
     replica_steps(steps) every replica's env step (several replicas): the
                         step written is their sum; returns this replica's
     status, quiesce, save(tag), resume, stop(stage): the control protocol
-                        (lifecycle.py)
+                        (control.py)
     every run.log_every: write aggregated metrics (jsonl, terminal, ...)
 
 The step (train env steps) is what the launcher reads (`status`) to decide
@@ -25,12 +25,12 @@ import embodied
 from embodied.run import arguments
 from embodied.run import episodes as episodeslib
 from embodied.run import saving
-from embodied.run import roles
+from embodied.run.parallel import roles
 from embodied.run.parallel import connections
-from embodied.run.parallel import lifecycle
+from embodied.run.parallel import control
 
 
-class LoggerRole(lifecycle.RoleControl):
+class LoggerRole(control.RoleControl):
     """The logger process's logic; each RPC method is a method of the same
     name. Owns the global step (`logger.step`) and the episode statistics.
     Methods run on the server's threads; everything they touch is under
@@ -43,7 +43,7 @@ class LoggerRole(lifecycle.RoleControl):
     RPC = {  # Its RPC methods: who calls each.
         'tran': 'actor', 'add': 'learner, replay',
         'replica_steps': 'learner (several replicas)',
-        'abandon': connections.LAUNCHER, **lifecycle.RoleControl.RPC}
+        'abandon': connections.LAUNCHER, **control.RoleControl.RPC}
 
     def __init__(self, logger, args):
         self.logger = logger

@@ -5,8 +5,8 @@ import pytest
 
 from embodied import rpc
 from embodied.run import arguments
-from embodied.run.parallel import launcher as launcherlib
-from embodied.run.parallel.launcher import State
+from embodied.run.parallel import lifecycle
+from embodied.run.parallel.lifecycle import State
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -93,7 +93,7 @@ def make_launcher(tmp_path, drained=lambda: True, policy_process='thread'):
     factories = dict.fromkeys(
         ('agent', 'logger', 'replay_train', 'replay_eval', 'stream',
          'env_train', 'env_eval'), b'')
-    launcher = launcherlib.Launcher(factories, args)
+    launcher = lifecycle.Launcher(factories, args)
     log = []
     workers = [('Agent', 'agent'), ('Logger', 'logger'), ('Replay', 'replay')]
     if policy_process == 'process':
@@ -188,7 +188,7 @@ def test_a_full_disk_ends_the_roles_in_the_stops_order_without_saving(
 def test_the_policy_process_drains_first_resumes_last_and_exits_first(
         tmp_path):
     launcher, log = make_launcher(tmp_path, policy_process='process')
-    assert sorted(w.name for w in launcherlib.Launcher(
+    assert sorted(w.name for w in lifecycle.Launcher(
         dict.fromkeys(launcher_factories(), b''), launcher.args
     ).group.workers) == ['Agent', 'Logger', 'Policy', 'Replay']
     launcher._enter(State.RUNNING)
@@ -221,7 +221,7 @@ def test_a_dead_policy_process_leaves_the_saving_roles_to_save(tmp_path):
 
 def test_the_thread_mode_starts_no_policy_process(tmp_path):
     launcher, _ = make_launcher(tmp_path)
-    assert 'Policy' not in [w.name for w in launcherlib.Launcher(
+    assert 'Policy' not in [w.name for w in lifecycle.Launcher(
         dict.fromkeys(launcher_factories(), b''), launcher.args
     ).group.workers]
 

@@ -27,16 +27,16 @@ from embodied import rpc
 from embodied.core import limiters
 from embodied.core import replay as replaylib
 from embodied.run import arguments
-from embodied.run import roles
+from embodied.run.parallel import roles
 from embodied.run.parallel import replay_files
 from embodied.run import reporting
 from embodied.run import saving
 from embodied.run.parallel import connections
-from embodied.run.parallel import lifecycle
+from embodied.run.parallel import control
 from embodied.run.reporting import prefix
 
 
-class ReplayRole(lifecycle.RoleControl):
+class ReplayRole(control.RoleControl):
     """The replay process's logic; each RPC method is a method of the same
     name. Methods run on the server's threads, one per method at a time:
     inserts, updates and saves exclude each other under `lock`; limiter
@@ -49,7 +49,7 @@ class ReplayRole(lifecycle.RoleControl):
     RPC = {  # Its RPC methods: who calls each.
         'add_batch': 'actor', 'sample_batch_train': 'learner',
         'sample_batch_report': 'learner', 'sample_batch_eval': 'learner',
-        'update': 'learner', **lifecycle.RoleControl.RPC}
+        'update': 'learner', **control.RoleControl.RPC}
 
     def __init__(self, replay_train, replay_eval, make_stream, args):
         self.replay_train = replay_train
