@@ -175,10 +175,12 @@ NO_KEY = 'not run: the tree has no run.policy_process'
 
 
 def knows_policy_process(root):
-    """Whether the tree at `root` has the key `run.policy_process`."""
+    """Whether the tree at `root` has the key `run.policy_process` (since
+    renamed `run.policy_worker`, which still takes the old name)."""
     defaults = pathlib.Path(root) / 'configs' / 'defaults.yaml'
     return defaults.exists() and re.search(
-        r'^\s+policy_process:', defaults.read_text(), re.M) is not None
+        r'^\s+policy_(process|worker):', defaults.read_text(),
+        re.M) is not None
 
 
 def measure(args, envs, mode, root, hook, tmp):

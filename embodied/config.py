@@ -19,6 +19,31 @@ class UsageError(Exception):
     """A bad command line or config value; the message says which."""
 
 
+# Keys renamed since they shipped: old name -> new name. The command line,
+# config blocks and a saved run's config.yaml may still use the old name.
+RENAMED = {
+    'run.policy_process': 'run.policy_worker',
+}
+
+
+def renamed_flags(argv):
+    """`argv` with each flag of an old key name spelled with the new one."""
+    result = []
+    for arg in argv:
+        if arg.startswith('--'):
+            name, sep, value = arg[2:].partition('=')
+            base = name.rstrip('+')
+            if base in RENAMED:
+                arg = '--' + RENAMED[base] + name[len(base):] + sep + value
+        result.append(arg)
+    return result
+
+
+def renamed_keys(flat):
+    """A flat {key: value} mapping with old key names replaced by new ones."""
+    return {RENAMED.get(key, key): value for key, value in flat.items()}
+
+
 def config_dir():
     packaged = importlib.resources.files('embodied') / 'configs'
     if packaged.is_dir():
@@ -44,7 +69,7 @@ def load_blocks(directory=None):
             if not isinstance(block, dict):
                 raise TypeError(
                     f"Config block '{name}' in {filename} must be a mapping.")
-            flat = _flatten(block)
+            flat = renamed_keys(_flatten(block))
             for key in flat:
                 if (name, key) in origin:
                     raise ValueError(

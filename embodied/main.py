@@ -164,6 +164,7 @@ def parse(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     wants_help = bool(HELP.intersection(argv))
     argv = [arg for arg in argv if arg not in HELP]
+    argv = configlib.renamed_flags(argv)
     try:
         argv, asked = replicaslib.requested(argv)
     except replicaslib.BadReplicas as e:

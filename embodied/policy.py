@@ -76,7 +76,7 @@ def run_config(path, config=None):
         config = elements.Config.load(str(config))
     from embodied import config as configlib
     merged = dict(configlib.build([]).flat)
-    merged.update(config.flat)
+    merged.update(configlib.renamed_keys(config.flat))
     return elements.Config(merged)
 
 

@@ -41,6 +41,25 @@ def test_blocks_apply_in_order(tmp_path):
     assert '{timestamp}' not in config.logdir
 
 
+def test_a_renamed_key_still_takes_its_old_name(tmp_path):
+    """`run.policy_process` is now `run.policy_worker`: the old flag, in
+    either spelling, and a saved config.yaml of an older run still work."""
+    for flags in (['--run.policy_process', 'process'],
+                  ['--run.policy_process=process']):
+        config = main.parse(['--logdir', str(tmp_path), *flags])
+        assert config.run.policy_worker == 'process'
+        assert 'run.policy_process' not in config.flat
+    from embodied import policy
+    saved = dict(configlib.build([]).flat)
+    del saved['run.policy_worker']
+    saved['run.policy_process'] = 'thread'
+    import elements
+    elements.Config(saved).save(str(tmp_path / 'config.yaml'))
+    config = policy.run_config(tmp_path)
+    assert config.run.policy_worker == 'thread'
+    assert 'run.policy_process' not in config.flat
+
+
 def test_unknown_flag_names_closest_key():
     with pytest.raises(main.UsageError) as e:
         main.parse(['--run.step', '10'])

@@ -1,5 +1,5 @@
 """One command for a GPU machine: a cold parallel launch, a relaunch, the
-runner in both modes of `run.policy_process`, the agent's own speed (also
+runner in both modes of `run.policy_worker`, the agent's own speed (also
 with each XLA setting flipped), a cold launch at the default model size,
 and a policy probe in a second process, in one table; then the GPU
 targets of a policy process against the measurements.
@@ -25,10 +25,10 @@ Steps, each in fresh processes:
    seconds, how many programs it compiled anew (0: the cache served all)
    and the first env step.
 3. Two more resumes of that logdir on the warm cache, for
-   `--mode_seconds` each: `--run.policy_process thread` (the policy in the
-   agent's process) and `--run.policy_process process` (the policy in a
+   `--mode_seconds` each: `--run.policy_worker thread` (the policy in the
+   agent's process) and `--run.policy_worker process` (the policy in a
    process of its own), with step 1's figures. A runner without the key
-   `run.policy_process` gets a row that says so; a mode that fails gets a
+   `run.policy_worker` gets a row that says so; a mode that fails gets a
    row with its last line, and the check goes on.
 4. `agent_speed` of our DreamerV3 at `--configs` on the warm cache: train
    steps/s alone, policy p50 at batch 16; with $EMBODIED_ORIGINAL_DREAMERV3
@@ -111,7 +111,7 @@ def make_parser():
     parser.add_argument('--relaunch_seconds', type=float, default=30,
                         help='length of the relaunch')
     parser.add_argument('--mode_seconds', type=float, default=75,
-                        help='length of each run.policy_process mode run')
+                        help='length of each run.policy_worker mode run')
     parser.add_argument(
         '--xla_settings', action=argparse.BooleanOptionalAction,
         default=True, help="on a GPU, agent_speed with each of jax."
@@ -191,7 +191,7 @@ def measure_all(args, platform, tmp, cache):
              f"compile {again['compile_s']:.1f} s, "
              f"{again['new_programs']} programs compiled anew, "
              f"first env step {again['first_step_s']:.1f} s after launch")]
-    rows += [(f'parallel, {args.envs} envs, run.policy_process {mode}, '
+    rows += [(f'parallel, {args.envs} envs, run.policy_worker {mode}, '
               f'{args.mode_seconds:g} s, warm cache (resume)',
               runs[mode] if isinstance(runs[mode], str)
               else format_run(runs[mode], standalone))
@@ -213,26 +213,26 @@ def measure_all(args, platform, tmp, cache):
 
 
 MODES = ('thread', 'process')
-NO_KEY = 'not run: the runner has no key run.policy_process'
+NO_KEY = 'not run: the runner has no key run.policy_worker'
 
 
-def knows_policy_process():
-    """Whether this tree's runner has the key `run.policy_process`."""
+def knows_policy_worker():
+    """Whether this tree's runner has the key `run.policy_worker`."""
     from embodied import config as configlib
-    return 'run.policy_process' in configlib.load_blocks()['defaults']
+    return 'run.policy_worker' in configlib.load_blocks()['defaults']
 
 
 def run_mode(args, platform, logdir, cache, mode, quick_steps):
-    """A resume of `logdir` with `--run.policy_process mode` for
+    """A resume of `logdir` with `--run.policy_worker mode` for
     `--mode_seconds`: its figures, or a line that says why there are
     none."""
-    if not knows_policy_process():
+    if not knows_policy_worker():
         print(f'parallel, {mode}: {NO_KEY}', flush=True)
         return NO_KEY
     try:
         return run_parallel(
             args, platform, logdir, cache, args.mode_seconds, quick_steps,
-            ('--run.policy_process', mode))
+            ('--run.policy_worker', mode))
     except RuntimeError as e:
         last = [x for x in str(e).splitlines() if x.strip()][-1:]
         print(f'parallel, {mode}: failed: {e}', flush=True)

@@ -28,12 +28,12 @@ GLOBALS = (
 
 
 def from_config(config):
-    """The `args` for the runners from a full config; `run.policy_process
+    """The `args` for the runners from a full config; `run.policy_worker
     auto` resolved for `jax.platform`."""
     args = elements.Config(
         **config.run, **{key: config[key] for key in GLOBALS},
         coordinator_address=config.jax.coordinator_address)
-    return args.update(policy_process=policy_process(
+    return args.update(policy_worker=policy_worker(
         args, config.jax.platform))
 
 
@@ -48,8 +48,8 @@ def normalize(args):
     validation.check_args(args)
     if args.actor_batch <= 0:
         args = args.update(actor_batch=max(1, args.envs // 2))
-    if args.policy_process == 'auto':
-        args = args.update(policy_process=policy_process(args))
+    if args.policy_worker == 'auto':
+        args = args.update(policy_worker=policy_worker(args))
     return args
 
 
@@ -57,14 +57,14 @@ def normalize(args):
 CUDA_PLUGINS = ('jax_cuda12_plugin', 'jax_cuda13_plugin')
 
 
-def policy_process(args, platform='auto'):
-    """`run.policy_process` with `auto` resolved: 'process' where JAX
+def policy_worker(args, platform='auto'):
+    """`run.policy_worker` with `auto` resolved: 'process' where JAX
     runs on an NVIDIA GPU (one policy process per replica), else
     'thread'. For
     `jax.platform` auto, a GPU counts when a CUDA backend of JAX is
     installed and a device node of the NVIDIA driver exists (nothing
     starts JAX here)."""
-    value = args.get('policy_process', 'auto')
+    value = args.get('policy_worker', 'auto')
     if value != 'auto':
         return value
     if platform in ('cpu', 'tpu'):

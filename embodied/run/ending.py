@@ -75,11 +75,11 @@ def out_of_memory_line(args, error):
 def _share(program, values):
     """With the policy in a process of its own, the GPU share of the
     process that ran `program`, as a setting to raise."""
-    if values.get('policy_process') != 'process':
+    if values.get('policy_worker') != 'process':
         return ''
     key = 'policy_memory' if program == 'policy' else 'agent_memory'
     return (f', a larger share of the GPU for its process, --run.{key} '
-            f'(now {values[key]}; --run.policy_process process)')
+            f'(now {values[key]}; --run.policy_worker process)')
 
 
 def _saved_text(args):

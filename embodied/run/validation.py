@@ -61,7 +61,7 @@ _RULES = {
     'replay_context': ('nonnegative_int', 'an integer >= 0'),
     'replicas': ('positive_int', 'an integer >= 1'),
     'replica': ('nonnegative_int', 'an integer >= 0'),
-    'policy_process': ('policy_process', 'auto, thread or process'),
+    'policy_worker': ('policy_worker', 'auto, thread or process'),
     'policy_sync_every': ('positive_int', 'an integer >= 1 of updates'),
     'policy_memory': ('fraction', 'a fraction of GPU memory > 0 and <= 1'),
     'agent_memory': ('fraction', 'a fraction of GPU memory > 0 and <= 1'),
@@ -74,7 +74,7 @@ _CHECKS = {
     'positive_int': lambda x: _integer(x) and x >= 1,
     'nonnegative_int': lambda x: _integer(x) and x >= 0,
     'fraction': lambda x: _number(x) and 0 < x <= 1,
-    'policy_process': lambda x: x in ('auto', 'thread', 'process'),
+    'policy_worker': lambda x: x in ('auto', 'thread', 'process'),
 }
 
 

@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def test_quick_check_gives_every_row(tmp_path):
     """Each step of the check runs: the cold parallel launch, the relaunch
     (a resume that compiles nothing anew), a resume in each mode of
-    run.policy_process, agent_speed, the default-size
+    run.policy_worker, agent_speed, the default-size
     launch (with --quick on the runs' warm cache: its configs are theirs)
     and the policy probe."""
     table = tmp_path / 'table.md'
@@ -41,7 +41,7 @@ def test_quick_check_gives_every_row(tmp_path):
     assert 0 < float(compile_s) and 0 < float(first)
     assert anew == '0', relaunch  # The resume's programs all came cached.
     for mode in ('thread', 'process'):
-        row = rows[f'parallel, 4 envs, run.policy_process {mode}, 20 s, '
+        row = rows[f'parallel, 4 envs, run.policy_worker {mode}, 20 s, '
                    f'warm cache (resume)']
         assert float(re.search(r'(\d+) env steps/s', row).group(1)) > 0, row
     # The targets, against both mode runs (no steady window or GPU
@@ -86,15 +86,15 @@ def test_a_mode_run_that_cannot_run_or_fails_is_a_row_not_the_end(
         monkeypatch, tmp_path):
     from embodied.perf import gpu_check
     args = gpu_check.make_parser().parse_args([])
-    monkeypatch.setattr(gpu_check, 'knows_policy_process', lambda: False)
+    monkeypatch.setattr(gpu_check, 'knows_policy_worker', lambda: False)
     assert gpu_check.run_mode(
         args, 'cpu', tmp_path, tmp_path, 'process', 10) == gpu_check.NO_KEY
 
     def fails(*args):
-        assert args[-1] == ('--run.policy_process', 'process')
+        assert args[-1] == ('--run.policy_worker', 'process')
         raise RuntimeError('exited with 1:\nTraceback\nValueError: a | b\n')
 
-    monkeypatch.setattr(gpu_check, 'knows_policy_process', lambda: True)
+    monkeypatch.setattr(gpu_check, 'knows_policy_worker', lambda: True)
     monkeypatch.setattr(gpu_check, 'run_parallel', fails)
     assert gpu_check.run_mode(args, 'cpu', tmp_path, tmp_path, 'process',
                               10) == 'failed: ValueError: a / b'

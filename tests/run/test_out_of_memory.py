@@ -125,12 +125,12 @@ def test_the_line_names_program_amount_knobs_and_save(
     ('policy', '--run.policy_memory (now 0.15;'),
     ('train', '--run.agent_memory (now 0.6;'),
 ])
-def test_with_a_policy_process_the_line_names_its_gpu_share(
+def test_with_a_policy_worker_the_line_names_its_gpu_share(
         tmp_path, program, share):
     from embodied import config as configlib
     from embodied import factories
     config = configlib.build(['debug']).update({
-        'logdir': str(tmp_path), 'run.policy_process': 'process'})
+        'logdir': str(tmp_path), 'run.policy_worker': 'process'})
     line = ending.out_of_memory_line(
         factories.make_args(config), outofmemory.from_text(XLA_CPU, program))
     assert f'a larger share of the GPU for its process, {share}' in line, line
@@ -177,8 +177,8 @@ def test_train_ends_in_one_line_and_a_rerun_resumes(tmp_path, monkeypatch):
 
 PARALLEL = {
     # program: where it runs
-    'policy': ('--run.policy_process', 'thread'),  # the launcher's thread
-    'train': ('--run.policy_process', 'process',  # each in a process
+    'policy': ('--run.policy_worker', 'thread'),  # the launcher's thread
+    'train': ('--run.policy_worker', 'process',  # each in a process
               '--run.agent_process', 'True'),
 }
 

@@ -2,7 +2,7 @@
 with one final save at one tag in every replica and exit 0, whether it
 reaches every process (a scheduler stopping the job) or one replica's
 launcher only; the next launch resumes from that save. The first launch
-runs the policy in a process of its own (`run.policy_process process`),
+runs the policy in a process of its own (`run.policy_worker process`),
 one per replica; the second resumes its save in the thread mode. (A
 parallel run of two replicas to its steps:
 tests/run/test_replicas_hosts.py.)"""
@@ -78,7 +78,7 @@ def test_sigterm_to_all_or_one_replica_saves_at_one_tag_and_resumes(
     # The policy processes get the SIGTERM too, and leave the stop to
     # their launchers.
     procs = launch_replicas(
-        tmp_path, logdir, 'all', '--run.policy_process', 'process')
+        tmp_path, logdir, 'all', '--run.policy_worker', 'process')
     first, outputs = stop_and_check(procs, logdir, to_every_process)
     for output in outputs:
         assert 'Received a stop signal' in output, output[-3000:]

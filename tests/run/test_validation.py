@@ -24,7 +24,7 @@ BAD = [
     (('--run.actor_batch', '9'), 'run.actor_batch'),
     (('--run.save_keep', '0'), 'run.save_keep'),
     (('--run.logger_addr', 'localhost:99999'), 'run.logger_addr'),
-    (('--run.policy_process', 'yes'), 'run.policy_process'),
+    (('--run.policy_worker', 'yes'), 'run.policy_worker'),
     (('--run.policy_sync_every', '0'), 'run.policy_sync_every'),
     (('--run.policy_memory', '1.5'), 'run.policy_memory'),
 ]

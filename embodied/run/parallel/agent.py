@@ -11,7 +11,7 @@ of its own. "The agent process" below means whichever process holds it.
         start Thread(parallel_learner, agent, link)  # trains: see learner.py
         wait; a failed thread ends the process with its exit code
 
-With `run.policy_process process` the actor and the policy run in the
+With `run.policy_worker process` the actor and the policy run in the
 policy process instead (policy.py), and the agent is built for
 learning only (no policy compiled); the actor thread's place is taken by
 `serve_control`, which publishes the policy's parameters to a shared-memory
@@ -57,7 +57,7 @@ MEMORY_MARK = 'EMBODIED_MEMORY_SHARE'
 def parallel_agent(make_agent, args):
     """One agent shared by the actor and learner threads."""
     args = arguments.normalize(args)
-    apart = args.policy_process == 'process'
+    apart = args.policy_worker == 'process'
     agent = build(make_agent, args, 'learner' if apart else None)
     link = AgentLink()
     control = AgentControl(link, args)
@@ -94,7 +94,7 @@ def parallel_agent(make_agent, args):
 
 def build(make_agent, args, part=None):
     """The agent of `make_agent`, compiling ahead only `part` ('policy',
-    'learner'; None: all) of its programs; with `run.policy_process
+    'learner'; None: all) of its programs; with `run.policy_worker
     process`, in this process's share of GPU memory (`run.policy_memory`
     or `run.agent_memory`, unless $XLA_PYTHON_CLIENT_MEM_FRACTION is set).
     """

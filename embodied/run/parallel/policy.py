@@ -1,4 +1,4 @@
-"""The policy role (`run.policy_process process`): the actor and the policy
+"""The policy role (`run.policy_worker process`): the actor and the policy
 in a process of their own, acting with the parameters the agent's learner
 publishes through shared memory, so that on a GPU the policy's calls do not
 queue behind the train steps on the agent process's one compute stream.

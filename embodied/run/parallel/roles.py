@@ -110,7 +110,7 @@ TABLE = (
     # feeds the replay and the logger).
     Role('policy', 'Policy',
          'embodied.run.parallel.policy:parallel_policy', ('agent',),
-         addr='actor_addr', only=('policy_process', 'process'),
+         addr='actor_addr', only=('policy_worker', 'process'),
          joins='agent',
          serves=('embodied.run.parallel.actor:ActorRole',
                  'embodied.run.parallel.policy:PolicyControl'),

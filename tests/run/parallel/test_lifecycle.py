@@ -86,17 +86,17 @@ class FakePool:
         self.log.append(('envs', 'kill'))
 
 
-def make_launcher(tmp_path, drained=lambda: True, policy_process='thread'):
+def make_launcher(tmp_path, drained=lambda: True, policy_worker='thread'):
     args = arguments.with_defaults(dict(
         logdir=str(tmp_path), remote_envs=True, drain_timeout=0.2,
-        policy_process=policy_process))
+        policy_worker=policy_worker))
     factories = dict.fromkeys(
         ('agent', 'logger', 'replay_train', 'replay_eval', 'stream',
          'env_train', 'env_eval'), b'')
     launcher = lifecycle.Launcher(factories, args)
     log = []
     workers = [('Agent', 'agent'), ('Logger', 'logger'), ('Replay', 'replay')]
-    if policy_process == 'process':
+    if policy_worker == 'process':
         workers.append(('Policy', 'policy'))
     launcher.clients = {role: FakeClient(role, log, drained)
                         for _, role in workers}
@@ -185,9 +185,9 @@ def test_a_full_disk_ends_the_roles_in_the_stops_order_without_saving(
         ('logger', 'stop', 'exit')]
 
 
-def test_the_policy_process_drains_first_resumes_last_and_exits_first(
+def test_the_policy_worker_drains_first_resumes_last_and_exits_first(
         tmp_path):
-    launcher, log = make_launcher(tmp_path, policy_process='process')
+    launcher, log = make_launcher(tmp_path, policy_worker='process')
     assert sorted(w.name for w in lifecycle.Launcher(
         dict.fromkeys(launcher_factories(), b''), launcher.args
     ).group.workers) == ['Agent', 'Logger', 'Policy', 'Replay']
@@ -210,8 +210,8 @@ def test_the_policy_process_drains_first_resumes_last_and_exits_first(
         ('replay', 'stop', 'exit'), ('logger', 'stop', 'exit')]
 
 
-def test_a_dead_policy_process_leaves_the_saving_roles_to_save(tmp_path):
-    launcher, log = make_launcher(tmp_path, policy_process='process')
+def test_a_dead_policy_worker_leaves_the_saving_roles_to_save(tmp_path):
+    launcher, log = make_launcher(tmp_path, policy_worker='process')
     launcher._enter(State.RUNNING)
     launcher._fail(rpc.WorkerFailed('Policy', -9))
     assert launcher.state == State.FAILED
@@ -219,7 +219,7 @@ def test_a_dead_policy_process_leaves_the_saving_roles_to_save(tmp_path):
         *QUIESCE, *SAVE, ('agent', 'stop', 'exit')]
 
 
-def test_the_thread_mode_starts_no_policy_process(tmp_path):
+def test_the_thread_mode_starts_no_policy_worker(tmp_path):
     launcher, _ = make_launcher(tmp_path)
     assert 'Policy' not in [w.name for w in lifecycle.Launcher(
         dict.fromkeys(launcher_factories(), b''), launcher.args

@@ -1,4 +1,4 @@
-"""The policy in a process of its own (`run.policy_process process`): the
+"""The policy in a process of its own (`run.policy_worker process`): the
 parameters it acts with come from the learner through shared memory, a
 DreamerV3 `debug` run with it runs to its steps, saves, and resumes, and
 with the test agent (no parameters to send, so cheap) its envs can be a
@@ -25,7 +25,7 @@ from . import test_parallel
 from .test_faults import wait_step, worker_pid
 
 
-def test_synced_each_update_the_policy_process_acts_as_the_thread_mode(
+def test_synced_each_update_the_policy_worker_acts_as_the_thread_mode(
         tmp_path):
     """A learner's agent publishes after every update; an agent built for
     acting only, as the policy process builds it, installs each generation
@@ -80,7 +80,7 @@ def test_acting_with_parameters_of_another_layout_names_them():
         agent.set_policy_params({}, 1)
 
 
-def test_each_launch_of_the_policy_process_draws_its_own_seeds():
+def test_each_launch_of_the_policy_worker_draws_its_own_seeds():
     """A resumed run's policy process does not draw the seeds of the
     launches before it: its stream starts at the learner's update count."""
     from embodied.run.parallel import policy as policy_role
@@ -95,7 +95,7 @@ def test_each_launch_of_the_policy_process_draws_its_own_seeds():
     assert agent.save()['rng/policy'] == 7 << 32
 
 
-def test_the_policy_process_of_a_replica_joins_nothing_and_draws_its_seeds(
+def test_the_policy_worker_of_a_replica_joins_nothing_and_draws_its_seeds(
         monkeypatch):
     """A replica's policy process stays out of JAX's distributed runtime
     (its replica's agent joins it) and acts with seeds that hold the
@@ -153,10 +153,10 @@ def params_files():
 
 
 @pytest.mark.slow
-def test_a_debug_run_with_the_policy_process_saves_and_resumes(tmp_path):
+def test_a_debug_run_with_the_policy_worker_saves_and_resumes(tmp_path):
     logdir = tmp_path / 'run'
     flags = ('--configs', 'debug', '--script', 'parallel',
-             '--run.policy_process', 'process', '--run.envs', '2',
+             '--run.policy_worker', 'process', '--run.envs', '2',
              '--run.eval_envs', '0', '--run.log_every', '1',
              '--logger.outputs', 'jsonl', '--logdir', logdir)
     before = params_files()
@@ -193,11 +193,11 @@ def test_a_debug_run_with_the_policy_process_saves_and_resumes(tmp_path):
         assert params_files() <= before, 'a parameter buffer was left'
 
 
-PROCESS = ('--run.policy_process', 'process')
+PROCESS = ('--run.policy_worker', 'process')
 
 
 @pytest.mark.slow
-def test_remote_envs_reach_the_policy_process_at_the_actors_address(
+def test_remote_envs_reach_the_policy_worker_at_the_actors_address(
         tmp_path):
     logdir = tmp_path / 'run'
     actor, = test_parallel.launch_ports(1)
@@ -213,7 +213,7 @@ def test_remote_envs_reach_the_policy_process_at_the_actors_address(
 
 
 @pytest.mark.slow
-def test_a_killed_policy_process_is_named_and_the_others_save(tmp_path):
+def test_a_killed_policy_worker_is_named_and_the_others_save(tmp_path):
     logdir = tmp_path / 'run'
     proc = test_parallel.start(
         logdir, '--run.envs', '2', '--run.eval_envs', '0',

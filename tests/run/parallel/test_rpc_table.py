@@ -109,13 +109,13 @@ def test_every_run_key_the_table_names_has_a_default():
             assert key in defaults, (role.name, key)
 
 
-def test_the_policy_process_takes_the_actors_address_in_process_mode():
+def test_the_policy_worker_takes_the_actors_address_in_process_mode():
     from embodied.run import arguments
     for mode, names, agent_key in (
             ('thread', ['agent', 'replay', 'logger'], 'actor_addr'),
             ('process', ['policy', 'agent', 'replay', 'logger'],
              'agent_addr')):
-        args = arguments.normalize(dict(logdir='/tmp/x', policy_process=mode))
+        args = arguments.normalize(dict(logdir='/tmp/x', policy_worker=mode))
         assert [role.name for role in roles.served(args)] == names
         assert roles.addr_key('agent', args) == agent_key
         assert roles.addr_key('policy', args) == 'actor_addr'
@@ -127,11 +127,11 @@ def test_the_policy_process_takes_the_actors_address_in_process_mode():
 
 def test_auto_is_thread_on_cpu_and_process_on_gpu_with_replicas_too():
     from embodied.run import arguments
-    args = dict(logdir='/tmp/x', policy_process='auto')
-    assert arguments.policy_process(args, 'cpu') == 'thread'
-    assert arguments.policy_process({**args, 'replicas': 2}, 'cpu') == (
+    args = dict(logdir='/tmp/x', policy_worker='auto')
+    assert arguments.policy_worker(args, 'cpu') == 'thread'
+    assert arguments.policy_worker({**args, 'replicas': 2}, 'cpu') == (
         'thread')
-    assert arguments.policy_process(args, 'cuda') == 'process'
-    assert arguments.policy_process({**args, 'replicas': 2}, 'cuda') == (
+    assert arguments.policy_worker(args, 'cuda') == 'process'
+    assert arguments.policy_worker({**args, 'replicas': 2}, 'cuda') == (
         'process')
-    assert arguments.normalize(args).policy_process in ('thread', 'process')
+    assert arguments.normalize(args).policy_worker in ('thread', 'process')
