@@ -74,6 +74,13 @@ def help_text(config, directory=None):
             lines.append(f'{line:<{width + 24}} {comment}'.rstrip()
                          if comment else line)
         lines.append('')
+    from embodied.outputs import registry as outputs
+    from embodied.run import scripts
+    lines.append('Scripts (--script NAME):')
+    lines += [f'  {s.name:<17} {s.about}' for s in scripts.TABLE]
+    lines += ['', 'Logger outputs (--logger.outputs NAME ...):']
+    lines += [f'  {o.name:<17} {o.about}' for o in outputs.TABLE]
+    lines.append('')
     lines.append('Config blocks (--configs NAME ...):')
     for name, note, keys in blocks(directory):
         lines.append(f'  {name}: {note}' if note else f'  {name}')
@@ -97,6 +104,10 @@ def markdown(directory=None):
         out += [f'| `{key}` | `{_cell(_format(value))}` | {_cell(comment)} |'
                 for key, value, comment in rows]
         out.append('')
+    from embodied.outputs import registry as outputs
+    from embodied.run import scripts
+    out += ['## All scripts', '', scripts.markdown(), '',
+            '## All logger outputs', '', outputs.markdown(), '']
     out += ['## All blocks', '', '| block | what it sets | note |',
             '|---|---|---|']
     for name, note, keys in blocks(directory):

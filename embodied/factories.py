@@ -7,13 +7,12 @@ cloudpickle sends them to worker processes by reference, and so that a
 user's own training script can call them (`embodied.factories.make_env`).
 """
 
-import importlib
-
 import elements
 import numpy as np
 
 import embodied
 from embodied.config import UsageError
+from embodied.core import importing
 from embodied.envs import adapter
 from embodied.envs import checks
 from embodied.envs import own
@@ -128,7 +127,6 @@ def _join_replicas(config):
 
 def make_logger(config):
     step = elements.Counter()
-    logdir = config.logdir
     suite = env_block(config)
     # The step written counts the env steps of every replica; only replica
     # 0 writes metrics files. In --script train the replicas step alike; in
@@ -136,36 +134,15 @@ def make_logger(config):
     multiplier = config.env.get(suite, {}).get('repeat', 1)
     if config.script == 'train':
         multiplier *= config.replicas
+    from embodied.outputs import registry
     outputs = [elements.logger.TerminalOutput(config.logger.filter, 'Agent')]
-    for output in (config.logger.outputs if config.replica == 0 else ()):
-        if output == 'jsonl':
-            outputs.append(embodied.outputs.JSONLOutput(
-                logdir, 'metrics.jsonl'))
-            outputs.append(embodied.outputs.JSONLOutput(
-                logdir, 'scores.jsonl', 'episode/score'))
-        elif output == 'tensorboard':
-            outputs.append(embodied.outputs.TensorBoardOutput(
-                logdir, config.logger.fps))
-        elif output == 'wandb':
-            outputs.append(_wandb_output(config))
-        elif output == 'scope':
-            outputs.append(elements.logger.ScopeOutput(elements.Path(logdir)))
-        else:
+    for name in (config.logger.outputs if config.replica == 0 else ()):
+        if name not in registry.OUTPUTS:
             raise ValueError(
-                f"Unknown logger output '{output}' in logger.outputs "
-                f"(known: jsonl, tensorboard, wandb, scope).")
+                f"Unknown logger output '{name}' in logger.outputs "
+                f"(known: {', '.join(registry.NAMES)}).")
+        outputs += registry.OUTPUTS[name].build(config)
     return embodied.outputs.Logger(step, outputs, multiplier)
-
-
-def _wandb_output(config):
-    """The W&B output, with the run's config; an unnamed run gets the
-    original's name, the last four parts of the logdir."""
-    keys = dict(config.logger.wandb)
-    keys['name'] = keys['name'] or '/'.join(config.logdir.split('/')[-4:])
-    from embodied.outputs import wandb
-    return wandb.WandBOutput(
-        config.logdir, wandb.run_config(config), fps=config.logger.fps,
-        **keys)
 
 
 def make_replay(config, folder, mode='train'):
@@ -288,8 +265,7 @@ def agent_path(agent_impl):
 
 
 def _import(path):
-    module, name = path.split(':')
     try:
-        return getattr(importlib.import_module(module), name)
+        return importing.load(path)
     except (ImportError, AttributeError) as e:
         raise ImportError(f"Cannot load '{path}': {e}") from e

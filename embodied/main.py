@@ -16,7 +16,6 @@ from functools import partial as bind
 
 import elements
 
-import embodied
 from embodied import config as configlib
 from embodied.config import UsageError
 from embodied.factories import (  # noqa: F401 (the original's names, here)
@@ -28,16 +27,13 @@ from embodied.core import linewise
 from embodied.envs import own
 from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
-from embodied.run.parallel import roles
+from embodied.run import scripts as scriptslib
 from embodied.run import validation
 from embodied.run.parallel import connections
 
-# The scripts: the single-process ones, the parallel launch, and those that
-# start one of its roles as a command of its own (`roles.TABLE`).
-SCRIPTS = ('train', 'train_eval', 'eval_only', 'parallel', *sorted(
-    script for role in roles.TABLE for script in role.scripts))
-
-REPLAY_SCRIPTS = ('train', 'train_eval', 'parallel', 'parallel_replay')
+# The `--script` names (embodied/run/scripts.py holds what each runs).
+SCRIPTS = scriptslib.NAMES
+REPLAY_SCRIPTS = tuple(s.name for s in scriptslib.TABLE if s.replay)
 
 HELP = {'--help', '-h'}
 
@@ -265,7 +261,7 @@ def run(config):
     logdir = elements.Path(config.logdir)
     print('Logdir:', logdir)
     print('Run script:', config.script)
-    if not config.script.endswith(('_env', '_envs', '_replay')):
+    if scriptslib.SCRIPTS[config.script].logs:
         logdir.mkdir()
         if config.replica == 0 or config.replicas == 1:  # One writer.
             config.save(logdir / 'config.yaml')
@@ -285,25 +281,10 @@ def run(config):
     replay = bind(make_replay, config, 'replay')
     replay_eval = bind(make_replay, config, 'replay_eval', 'eval')
 
-    if config.script == 'train':
-        embodied.run.train(agent, replay, env, stream, logger, args)
-    elif config.script == 'train_eval':
-        embodied.run.train_eval(
-            agent, replay, replay_eval, env, env, stream, logger, args)
-    elif config.script == 'eval_only':
-        embodied.run.eval_only(agent, env, logger, args)
-    elif config.script == 'parallel':
-        embodied.run.parallel.combined(
-            agent, replay, replay_eval, env, env, stream, logger, args)
-    elif config.script == 'parallel_env':
-        is_eval = config.replica >= args.envs
-        embodied.run.parallel.parallel_env(
-            env, config.replica, args, is_eval)
-    elif config.script == 'parallel_envs':
-        embodied.run.parallel.parallel_envs(env, env, args)
-    elif config.script == 'parallel_replay':
-        embodied.run.parallel.parallel_replay(
-            replay, replay_eval, stream, args)
+    factories = scriptslib.Factories(
+        agent=agent, replay=replay, replay_eval=replay_eval, env=env,
+        stream=stream, logger=logger)
+    scriptslib.SCRIPTS[config.script].run(factories, args, config)
 
 
 def _init_process(timer_enabled):

@@ -35,6 +35,7 @@ import traceback
 import elements
 
 from embodied.config import UsageError
+from embodied.core import importing
 
 BLOCK = 'own'  # The config block of the factory's keys: env.own.
 NAME = re.compile(r'[A-Za-z_]\w*(\.[A-Za-z_]\w*)*')
@@ -101,15 +102,14 @@ def import_module(module, task, reading=''):
 def load(task):
     """The class or factory that `task` (`module:attr`) names."""
     module, attr = split(task)
-    value = import_module(module, task)
-    for part in attr.split('.'):
-        if not hasattr(value, part):
-            where = getattr(value, '__file__', None) or getattr(
-                value, '__name__', part)
-            raise UsageError(
-                f"--task {task}: {where} has no attribute '{part}'"
-                f"{_close(part, dir(value))}.")
-        value = getattr(value, part)
+    try:
+        value = importing.load(task, import_module(module, task))
+    except importing.MissingAttribute as e:
+        where = getattr(e.owner, '__file__', None) or getattr(
+            e.owner, '__name__', e.part)
+        raise UsageError(
+            f"--task {task}: {where} has no attribute '{e.part}'"
+            f"{_close(e.part, dir(e.owner))}.") from None
     if not callable(value):
         raise UsageError(
             f"--task {task}: {attr} is a {type(value).__name__}, not a "

@@ -20,7 +20,10 @@ scheduler (the first host of the Slurm allocation, the headless Service of
 the Kubernetes Job).
 """
 
-SCRIPTS = ('train', 'parallel')  # The scripts that can run as replicas.
+from embodied.run import scripts as scriptslib
+
+# The scripts that can run as replicas.
+SCRIPTS = tuple(s.name for s in scriptslib.TABLE if s.replicas)
 
 
 class BadReplicas(ValueError):

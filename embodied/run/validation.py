@@ -143,28 +143,30 @@ def check_config(config, replays=True):
         raise BadValue(problems)
 
 
-LOGGER_OUTPUTS = ('jsonl', 'tensorboard', 'wandb', 'scope')
-# The scripts whose process writes metrics (replica 0's only).
-_LOGGER_SCRIPTS = ('train', 'train_eval', 'eval_only', 'parallel')
-
-
 def _logger_problems(config):
     """Unknown names in logger.outputs, and the wandb output where its
     package is missing in a process that would write to it."""
     logger = config.get('logger')
     if not logger:
         return []
+    from embodied.outputs import registry
+    from embodied.run import scripts
     outputs = tuple(logger.get('outputs', ()))
     problems = [
-        _problem('logger.outputs', name, f'names among {LOGGER_OUTPUTS}')
-        for name in outputs if name not in LOGGER_OUTPUTS]
-    writes = (config.get('script') in _LOGGER_SCRIPTS
-              and not config.get('replica', 0))
-    if writes and 'wandb' in outputs and not importlib.util.find_spec(
-            'wandb'):
-        problems.append(_problem(
-            'logger.outputs', 'wandb',
-            "the wandb package for it: pip install 'embodied[wandb]'"))
+        _problem('logger.outputs', name, f'names among {registry.NAMES}')
+        for name in outputs if name not in registry.OUTPUTS]
+    script = scripts.SCRIPTS.get(config.get('script'))
+    if not script or not script.logs or config.get('replica', 0):
+        return problems
+    for name in outputs:
+        output = registry.OUTPUTS.get(name)
+        if output and output.package and not importlib.util.find_spec(
+                output.package[0]):
+            package, extra = output.package
+            problems.append(_problem(
+                'logger.outputs', name,
+                f"the {package} package for it: pip install "
+                f"'embodied[{extra}]'"))
     return problems
 
 

@@ -14,7 +14,6 @@ without importing the roles.
 """
 
 import dataclasses
-import importlib
 
 # The phases of the launcher's stop, in order. 'begin': before anything
 # drains. 'drain': after the first drain, before the final one and the save.
@@ -101,8 +100,8 @@ class Role:
 
 
 def _load(path):
-    module, name = path.split(':')
-    return getattr(importlib.import_module(module), name)
+    from embodied.core import importing
+    return importing.load(path)
 
 
 TABLE = (
