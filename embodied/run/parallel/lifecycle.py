@@ -87,7 +87,7 @@ class Launcher:
                     role.function(), *(factories[f] for f in role.factories),
                     args, name=role.worker))
         specs = []
-        envs = roles.ROLES['envs']
+        envs = roles.ROLES[roles.ENVS]
         if envs.started_here(args):
             specs = env.specs(*(factories[f] for f in envs.factories), args)
         self.envs = env.pool(specs, args, on_crash=self._env_crashed)
@@ -166,7 +166,7 @@ class Launcher:
         self.envs.poll()
 
     def _env_crashed(self, spec, exitcode, error):
-        client = self.clients.get('logger')
+        client = self.clients.get(roles.STEPS)
         if client is not None:
             self._try(lambda: client.call('abandon', list(spec.envids)).result(
                 timeout=10), f'Could not tell the logger to drop the episodes '
@@ -175,7 +175,7 @@ class Launcher:
     def _shutdown_remote(self):
         """Best effort: tells a separately launched replay to exit too."""
         if self.args.remote_replay:
-            self._try_call('replay', 'stop', 'exit', timeout=2)
+            self._try_call(roles.REPLAY, 'stop', 'exit', timeout=2)
 
     def _connect(self, limit=None):
         """Connects to every role. A remote role not up within
@@ -255,7 +255,7 @@ class Launcher:
             self._save(tag=0 if replicated else None)
         while True:
             self._check()
-            status = self._call('logger', 'status')
+            status = self._call(roles.STEPS, 'status')
             self.step = int(status['step'])
             # The run's step: with several replicas, over all of them.
             step = int(status['run_step'])
@@ -281,20 +281,20 @@ class Launcher:
         """The agent's status, completed by the roles that join it
         (`roles.Role.joins`: the policy process's actor counters)."""
         status = {}
-        for role in roles.joined('agent', self.args):
+        for role in roles.joined(roles.LEARNER, self.args):
             status.update(self._call(role, 'status'))
         return status
 
     def _print_progress(self, step):
         actor = self._agent_status()
-        replay = self._call('replay', 'status')
+        replay = self._call(roles.REPLAY, 'status')
         line = self.progress.line(time.monotonic(), step, actor, replay)
         print(f'[Progress] {line}', flush=True)
 
     def _replica_events(self):
         """With several replicas: saves under the tag the learners agreed
         on, and the reason to stop when another replica stopped the run."""
-        status = self._call('agent', 'status')
+        status = self._call(roles.LEARNER, 'status')
         if status.get('learner_replica_stop'):
             return 'Another replica stopped the run'
         request = int(status.get('learner_save_request', 0))
@@ -353,9 +353,9 @@ class Launcher:
         """The tag of a save now: the logger's step, or with several
         replicas the run's update count the learners share."""
         if self.args.replicas > 1:
-            status = self._call('agent', 'status')
+            status = self._call(roles.LEARNER, 'status')
             return int(status.get('learner_run_tag', 0))
-        return int(self._call('logger', 'status')['step'])
+        return int(self._call(roles.STEPS, 'status')['step'])
 
     def _resume(self):
         # The agent last: its `act` feeds the others.
@@ -374,7 +374,7 @@ class Launcher:
         """Drains, saves and ends every worker in the order of
         `_stop_steps`. With `failed`, an env worker already failed: the run
         still saves, and then fails."""
-        step = int(self._call('logger', 'status')['run_step'])
+        step = int(self._call(roles.STEPS, 'status')['run_step'])
         print(f'{reason} at step {step}: saving and stopping.', flush=True)
         for state, _, action in self._stop_steps(step, failed):
             self._enter(state)
@@ -416,7 +416,7 @@ class Launcher:
 
     def _stop_stage(self, role, stage, strict=True):
         """Runs `role`'s stop stage `stage`; without `strict`, tries it."""
-        if role == 'envs':
+        if role == roles.ENVS:
             return self.env_group.stop(stage)
         if stage == 'exit':
             return self._stop_role(role, strict)
@@ -432,7 +432,7 @@ class Launcher:
         self._print_progress(step)
         summary = self.progress.summary(
             self._agent_status(), self.envs.restarts,
-            score=self._call('logger', 'status')['score'])
+            score=self._call(roles.STEPS, 'status')['score'])
         print(f'[Summary] {summary}', flush=True)
 
     def _may_exit(self):
@@ -510,8 +510,8 @@ class Launcher:
         if not alive:
             return
         step = self.step
-        if 'logger' in alive:
-            step = self._try(lambda: int(self.clients['logger'].call(
+        if roles.STEPS in alive:
+            step = self._try(lambda: int(self.clients[roles.STEPS].call(
                 'status').result(timeout=5)['step'])) or step
         print(f'Saving what is left at step {step}: {", ".join(alive)}.',
               flush=True)

@@ -49,6 +49,12 @@ class Role:
         serves the actor's address).
     joins: the role whose status its own completes in the launcher's
         progress lines (the policy's actor counters join the agent's).
+    duty: what the launcher asks of this role besides the control protocol
+        (`DUTIES`): 'steps' (it counts the run's env steps, episodes and
+        score: the launcher's clock), 'learner' (its status holds the
+        learner's counters and, with replicas, its save and stop
+        requests), 'replay' (its status is the replay's line of the
+        progress), 'envs' (the env workers the launcher itself starts).
     """
 
     name: str
@@ -65,6 +71,7 @@ class Role:
     only: tuple = None
     cede: str = None
     joins: str = None
+    duty: str = None
 
     def in_launch(self, args):
         """Whether this role is part of a launch with `args`."""
@@ -117,7 +124,7 @@ TABLE = (
     Role('agent', 'Agent',
          'embodied.run.parallel.agent:parallel_agent', ('agent',),
          addr='actor_addr', cede='agent_addr', process='agent_process',
-         saves=True,
+         saves=True, duty='learner',
          serves=('embodied.run.parallel.actor:ActorRole',
                  'embodied.run.parallel.agent:AgentControl'),
          stop=(('learner', 'drain'), ('envs', 'envs'), ('exit', 'exit'))),
@@ -125,15 +132,17 @@ TABLE = (
          'embodied.run.parallel.replay:parallel_replay',
          ('replay_train', 'replay_eval', 'stream'), addr='replay_addr',
          separate='remote_replay', scripts=('parallel_replay',), saves=True,
+         duty='replay',
          serves=('embodied.run.parallel.replay:ReplayRole',),
          stop=(('release', 'drain'), ('exit', 'exit'))),
     Role('logger', 'Logger',
          'embodied.run.parallel.logger:parallel_logger', ('logger',),
-         addr='logger_addr', saves=True,
+         addr='logger_addr', saves=True, duty='steps',
          serves=('embodied.run.parallel.logger:LoggerRole',),
          stop=(('exit', 'exit'),)),
     Role('envs', 'Env', None, ('env_train', 'env_eval'),
          separate='remote_envs', scripts=('parallel_envs', 'parallel_env'),
+         duty='envs',
          stop=(('restarts', 'begin'), ('exit', 'envs'))),
 )
 
@@ -144,6 +153,10 @@ ADDR_KEYS = tuple(dict.fromkeys(
 SAVED = tuple(role.name for role in TABLE if role.saves)
 SEPARATE = {role.separate: role for role in TABLE if role.separate}
 BY_WORKER = {role.worker: role for role in TABLE}
+# The role of each duty (`Role.duty`), by name: what the launcher asks for.
+DUTIES = {role.duty: role.name for role in TABLE if role.duty}
+STEPS, LEARNER, REPLAY, ENVS = (
+    DUTIES[duty] for duty in ('steps', 'learner', 'replay', 'envs'))
 
 
 def addr_key(name, args=None):
