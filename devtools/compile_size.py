@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 
-from devtools import original
+from embodied.perf import checkout as original
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROGRAMS = ('train', 'report')
@@ -378,14 +378,14 @@ def make_setups(tmp):
     those that cannot run here."""
     setups = {'ours': ([str(ROOT)], ['--agent_impl', 'dreamerv3'])}
     skipped = {}
-    checkout = original.source()
+    checkout = original.original_checkout()
     if checkout:
         original.copy_agent(checkout, tmp / 'origagent')
         setups['ours+orig agent'] = (
             [str(ROOT), str(tmp / 'origagent')],
             ['--agent_impl', 'dreamerv3.agent:Agent'])
     else:
-        skipped['ours+orig agent'] = f'${original.ENV} is not set'
+        skipped['ours+orig agent'] = f'${original.ORIGINAL_ENV} is not set'
     return setups, skipped
 
 

@@ -54,7 +54,7 @@ import shutil
 import statistics
 import tempfile
 
-from devtools import revisions
+from embodied.perf import checkout as revisions
 from devtools import simulated_gpu
 from embodied.perf import throughput
 

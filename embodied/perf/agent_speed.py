@@ -314,12 +314,11 @@ def make_setups(args, tmp, platform):
         reason = f'${checkout.ORIGINAL_ENV} is not set'
         skipped['ours+orig agent'] = skipped['original'] = reason
     else:
-        original = checkout.devtool('original', f'${checkout.ORIGINAL_ENV}')
-        original.copy_agent(source, tmp / 'origagent')
+        checkout.copy_agent(source, tmp / 'origagent')
         setups['ours+orig agent'] = (
             [str(ROOT), str(tmp / 'origagent')], 'ours',
             ['--agent_impl', 'dreamerv3.agent:Agent'])
-        problem = original_base_problem(original, source)
+        problem = original_base_problem(source)
         if problem:
             skipped['original'] = problem
         else:
@@ -343,10 +342,9 @@ def make_setups(args, tmp, platform):
     return setups, skipped
 
 
-def original_base_problem(original, source):
-    """Why the original's own base cannot run here, or '' (`original`: the
-    module `devtools.original`)."""
-    if not original.is_worktree(source):
+def original_base_problem(source):
+    """Why the original's own base cannot run here, or ''."""
+    if not checkout.is_worktree(source):
         return f'{source} is not a work tree (its embodied package is needed)'
     env = dict(os.environ, PYTHONPATH=source)
     result = subprocess.run(

@@ -1,15 +1,18 @@
-"""What the measurements take from a source checkout of embodied, and only
-when asked: an earlier git revision (`--old REV`) and the original's agent
-code ($EMBODIED_ORIGINAL_DREAMERV3). Both live in the checkout's `devtools/`
-folder, which the wheel does not hold."""
+"""What the measurements take from a source checkout, and only when asked:
+an earlier git revision of this checkout (`--old REV`: its tree, exported
+with `git archive`) and the original's agent code
+($EMBODIED_ORIGINAL_DREAMERV3: its `dreamerv3` package, copied). An
+installed wheel has no git history: `--old` then ends the program with a
+usage error saying so."""
 
-import importlib
 import os
 import pathlib
+import subprocess
 import sys
 
 ORIGINAL_ENV = 'EMBODIED_ORIGINAL_DREAMERV3'
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+AGENT_FILES = ('__init__.py', 'agent.py', 'rssm.py')
 
 
 def original_checkout():
@@ -17,25 +20,64 @@ def original_checkout():
     return os.environ.get(ORIGINAL_ENV, '')
 
 
-def devtool(name, asked):
-    """The module `devtools.<name>` of this checkout; without one (an
-    installed wheel), ends the program with a usage error naming `asked`,
-    what needed it."""
-    if (ROOT / 'devtools' / f'{name}.py').is_file() and str(ROOT) not in sys.path:
-        sys.path.append(str(ROOT))
-    try:
-        return importlib.import_module(f'devtools.{name}')
-    except ModuleNotFoundError as e:
-        if e.name not in ('devtools', f'devtools.{name}'):
-            raise
-    print(f'{asked} needs a source checkout of embodied (its devtools/ '
-          f'folder): run this from a git clone', file=sys.stderr)
-    sys.exit(2)
+# The original's agent code.
+
+def copy_agent(checkout, target):
+    """Copies the original's `dreamerv3` agent package (agent.py, rssm.py)
+    into `target/dreamerv3`, importable as `dreamerv3.agent:Agent` with
+    `target` on the path. `checkout` is a work tree or a git directory."""
+    package = pathlib.Path(target) / 'dreamerv3'
+    package.mkdir(parents=True)
+    for name in AGENT_FILES:
+        (package / name).write_text(read(checkout, f'dreamerv3/{name}'))
+    return package
+
+
+def read(checkout, path):
+    """A file of the checkout (a work tree, or a git directory's HEAD)."""
+    full = os.path.join(checkout, path)
+    if os.path.exists(full):
+        with open(full) as f:
+            return f.read()
+    return subprocess.run(
+        ['git', '--git-dir', checkout, 'show', f'HEAD:{path}'],
+        capture_output=True, text=True, check=True).stdout
+
+
+def is_worktree(checkout):
+    """Whether the checkout has files on disk (needed to import the
+    original's own `embodied` package)."""
+    return os.path.isdir(os.path.join(checkout, 'embodied', 'jax'))
+
+
+# Earlier revisions of this checkout.
+
+def export(revision, path):
+    """The tree of git `revision` of this checkout, written to the new folder
+    `path`; returns `path`."""
+    path.mkdir(parents=True)
+    archive = subprocess.run(
+        ['git', '-C', str(ROOT), 'archive', revision], check=True,
+        capture_output=True).stdout
+    subprocess.run(['tar', '-x', '-C', str(path)], input=archive, check=True)
+    return path
 
 
 def trees(old, folder):
     """{label: tree}: this tree under '', and with `old` also that git
-    revision's tree under `old`, first (`devtools.revisions.trees`)."""
+    revision's tree (exported into `folder`/old) under `old`, first. A
+    revision git does not know, or no git checkout here, ends the program
+    with a usage error."""
     if not old:
         return {'': ROOT}
-    return devtool('revisions', f'--old {old}').trees(old, folder)
+    if not (ROOT / '.git').exists():
+        print(f'--old {old} needs a git clone of embodied (this one, at '
+              f'{ROOT}, has no git history): run it from a clone',
+              file=sys.stderr)
+        sys.exit(2)
+    try:
+        return {old: export(old, pathlib.Path(folder) / 'old'), '': ROOT}
+    except subprocess.CalledProcessError as e:
+        print(f'--old {old}: no such git revision here '
+              f'({e.stderr.decode().strip()})', file=sys.stderr)
+        sys.exit(2)

@@ -30,6 +30,11 @@ starts there.
 * `replay_to_learner`: the replay's batches to the learner: the learner
   names shared-memory slots, the replay fills them in place, the socket
   where slots cannot be used.
+* `shared_params`: parameters from one process to another on the same
+  machine (the learner's to the policy process): a generation-counted
+  double buffer in one file under /dev/shm.
+* `shm_files`: files in /dev/shm named by the pid of their maker, so that
+  the next process removes those a dead process left behind.
 * `status`: the status codes of replies, for servers and clients.
 * `wire`: portal's message encoding with less CPU.
 * `workers`: processes and threads for the roles of a launch.

@@ -4,12 +4,14 @@ A value that parses but cannot work (`--run.envs 0`, `--batch_size 0`, a
 replay smaller than one batch, an address without a port) would otherwise
 end a run later with a traceback, often after every worker was spawned, or
 be accepted and do something nobody wants (`--run.save_every 0` never
-saves). Two functions, both raising `BadValue` with every bad key, its value
-and what is allowed:
+saves). Three functions, each raising `BadValue` with every bad key, its
+value and what is allowed:
 
     check_args(args)       the runner `args` (the `run` block plus the few
                            globals in `arguments.GLOBALS`); what every entry
                            point may call on the args it was given
+    check_parallel(args)   what only the parallel runner needs of them
+                           (the actor's batch against the envs)
     check_config(config)   a full config: the args plus the keys only
                            `embodied.main` reads (replay, logger.outputs)
 

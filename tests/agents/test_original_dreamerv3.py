@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import helpers
-from devtools import original
+from embodied.perf import checkout as original
 from embodied import factories
 from embodied import main as mainlib
 

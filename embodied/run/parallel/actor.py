@@ -1,5 +1,8 @@
-"""The actor thread of the agent role (by default inside the launcher's
-process): serves `act` to the env workers.
+"""The actor thread: serves `act` to the env workers. With
+`run.policy_worker thread` (the default on CPU) it is a thread of the agent
+role, which is a thread of the launcher's process (a process of its own
+with `run.agent_process True`); with `run.policy_worker process` (the
+default on a GPU) it is a thread of the policy process (policy.py).
 
     act(obs rows of several envs) -> actions      (batched, see below)
         ActorRole.act (workfn): stack the carries of the envs,
@@ -15,9 +18,11 @@ limiter holds inserts back), further transitions are held and go on joined
 (`rpc.actor_to_replay.CoalescingSender`): a busy replay gets fewer, larger
 requests.
 
-The server on `run.actor_addr` is the agent process's one server: the actor
-binds `act` on it, next to the agent's control methods (`AgentControl` in
-agent.py, handed to `parallel_actor` as `control`).
+The server on `run.actor_addr` is the one server of the process the actor
+runs in: the actor binds `act` on it, next to that role's control methods
+(`AgentControl` in agent.py in thread mode, `PolicyControl` in policy.py in
+process mode, handed to `parallel_actor` as `control`; the agent's control
+then serves at `run.agent_addr`).
 
 RPC methods served: `ActorRole.RPC`. Called: replay `add_batch`, logger
 `tran`.
@@ -196,7 +201,8 @@ class ActingControl(control.RoleControl):
             self.server.answer('act', {connections.STOP_KEY: True})
 
 
-# The server: `act` on run.actor_addr, next to the agent's control methods.
+# The server: `act` on run.actor_addr, next to the control methods of the
+# role the actor runs in (the agent's, or the policy process's).
 
 @elements.timer.section('actor')
 def parallel_actor(agent, barrier, args, control=None, role='agent'):

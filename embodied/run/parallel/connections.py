@@ -1,6 +1,7 @@
 """What the roles of the parallel runner share: factories sent to worker
 processes as bytes, servers and clients of the roles with the run's
-credentials and a bounded connect, metric prefixes."""
+credentials and a bounded connect, the frame limit of a launch. (Metric
+names and prefixes are `embodied.run.reporting`'s.)"""
 
 import math
 import os

@@ -16,7 +16,9 @@ ended or never started (exit 69), or the actor refused this command's
 secret (exit 77); `parallel_envs` then ends with that code and one line
 saying why.
 
-RPC methods called: actor `act` (one request per step of the worker's envs).
+RPC methods called: actor `act` (one request per step of the worker's
+envs); worker 0 of a launch also sends its env fps and timers to the
+logger's `add` every run.log_every.
 """
 
 import dataclasses

@@ -6,7 +6,9 @@ protocol (control.py). `launcher.combined` builds a `Launcher` and runs it.
     any state ─► failed
 
 starting: the workers start and the launcher connects to the agent (at
-run.actor_addr), the replay and the logger. running: it reads the logger's
+run.actor_addr, or at run.agent_addr with the policy process, which then
+serves run.actor_addr and gets a client of its own), the replay and the
+logger. running: it reads the logger's
 step, prints progress, and every run.save_every saves: draining (the agent
 holds `act` back, the replay takes what is on its way) then saving (every
 role under one tag), then running again; a save whose transitions did not

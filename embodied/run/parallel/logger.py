@@ -41,7 +41,7 @@ class LoggerRole(control.RoleControl):
     ROLE = 'logger'
     STAGES = roles.stage_names(ROLE)
     RPC = {  # Its RPC methods: who calls each.
-        'tran': 'actor', 'add': 'learner, replay',
+        'tran': 'actor', 'add': 'learner, replay, env workers (worker 0)',
         'replica_steps': 'learner (several replicas)',
         'abandon': connections.LAUNCHER, **control.RoleControl.RPC}
 
