@@ -80,6 +80,11 @@ def help_text(config, directory=None):
     lines += [f'  {s.name:<17} {s.about}' for s in scripts.TABLE]
     lines += ['', 'Logger outputs (--logger.outputs NAME ...):']
     lines += [f'  {o.name:<17} {o.about}' for o in outputs.TABLE]
+    from embodied import factories
+    lines += ['', 'Env suites (--task SUITE_TASK):',
+              '  ' + ', '.join(factories.SUITES),
+              'Agents (--agent_impl NAME, or your own as module:Class):',
+              '  ' + ', '.join(factories.AGENTS)]
     lines.append('')
     lines.append('Config blocks (--configs NAME ...):')
     for name, note, keys in blocks(directory):
@@ -106,8 +111,16 @@ def markdown(directory=None):
         out.append('')
     from embodied.outputs import registry as outputs
     from embodied.run import scripts
+    from embodied import factories
     out += ['## All scripts', '', scripts.markdown(), '',
-            '## All logger outputs', '', outputs.markdown(), '']
+            '## All logger outputs', '', outputs.markdown(), '',
+            '## All env suites and agents', '',
+            '`--task <suite>_<task>` builds the suite\'s class; '
+            '`--agent_impl` names an agent (or `module:Class`).', '',
+            '| `--task` suite / `--agent_impl` | class |', '|---|---|']
+    out += [f'| `{name}` | `{path}` |'
+            for name, path in {**factories.SUITES, **factories.AGENTS}.items()]
+    out.append('')
     out += ['## All blocks', '', '| block | what it sets | note |',
             '|---|---|---|']
     for name, note, keys in blocks(directory):
