@@ -243,7 +243,8 @@ def expand(command, blocks=None):
             seed=int(config.seed), argv=argv, steps=int(config.run.steps),
             values=tuple((key, values[key]) for key in swept)))
     if errors:
-        raise BadGrid(_first_error(errors, position + 1))
+        varied = [key for key in order if len(command.axes[key]) > 1]
+        raise BadGrid(_first_error(errors, position + 1, varied))
     return _place(sweepdir, runs)
 
 
@@ -287,11 +288,13 @@ def _base_method(config):
     return config.agent_impl.rpartition(':')[2]
 
 
-def _first_error(errors, count):
+def _first_error(errors, count, varied):
+    """The message of the first run that failed, saying which run by the
+    values of the `varied` keys unless every run failed alike."""
     values, message = errors[0]
     if len(errors) == count and all(m == message for _, m in errors):
         return message  # A flag every run shares.
-    where = ', '.join(f'--{key} {value}' for key, value in values.items())
+    where = ', '.join(f'--{key} {values[key]}' for key in varied)
     return f'The run with {where}: {message}'
 
 

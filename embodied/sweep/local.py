@@ -45,7 +45,7 @@ def run(runs, parallel=1, python=None, env=None, say=print, poll=0.2):
     failed = []
     try:
         with stopping:
-            while pending or running:
+            while running or (pending and not stopping.signum):
                 while pending and len(running) < parallel and (
                         not stopping.signum):
                     run = pending.pop(0)
