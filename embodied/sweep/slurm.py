@@ -6,12 +6,13 @@ array element N runs run N of the sweep (its folder `N-*`), picked by
 does: the run is a child of the batch script, 120 s before the time limit
 Slurm sends SIGUSR1 to the script (`--signal=B:USR1@120`), which sends
 SIGTERM to the run (it stops after its current step, saves and exits 0) and
-then requeues the element (`scontrol requeue`), which resumes from that
-save in the same folder. `scancel` sends SIGTERM to every process of the
-job: the run saves and the element ends CANCELLED. The element's exit code
-is the run's. Only the unfinished runs are submitted, and runs already in
-Slurm's queue (an element of an array of this sweep, by job name) are not
-submitted again.
+then requeues the element (`scontrol requeue <array>_<element>`: the last
+element's own job id is the array's, which would requeue them all), which
+resumes from that save in the same folder. `scancel` sends SIGTERM to
+every process of the job: the run saves and the element ends CANCELLED.
+The element's exit code is the run's. Only the unfinished runs are
+submitted, and runs already in Slurm's queue (an element of an array of
+this sweep, by job name) are not submitted again.
 """
 
 import hashlib
@@ -66,8 +67,10 @@ stop_and_requeue() {{
   STATUS=$?
   echo "The run exited $STATUS."
   if [ "$STATUS" -eq 0 ]; then
-    echo "Requeueing job $SLURM_JOB_ID."
-    scontrol requeue "$SLURM_JOB_ID"
+    # This element alone: the last element's SLURM_JOB_ID is the array's.
+    ELEMENT="${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
+    echo "Requeueing element $ELEMENT."
+    scontrol requeue "$ELEMENT"
   fi
   exit "$STATUS"
 }}
