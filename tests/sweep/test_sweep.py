@@ -10,6 +10,7 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -91,11 +92,13 @@ def test_grid_expands_tasks_outermost_seeds_innermost(tmp_path):
 
 
 def test_values_keep_their_commas_and_list_keys_read_theirs(tmp_path):
+    from embodied import config as configlib
     from embodied import main
+    blocks = configlib.load_blocks()
     runs = plan(tmp_path, '--configs', 'debug', '--jax.policy_mesh', '-1,1,1',
                 '1,-1,1', '--grid.configs', 'debug,dummy', 'debug')
     assert len(runs) == 4
-    configs = [main.parse(run.argv) for run in runs]
+    configs = [main.parse(run.argv, blocks) for run in runs]
     assert [c.jax.policy_mesh for c in configs] == [
         '-1,1,1', '-1,1,1', '1,-1,1', '1,-1,1']
     assert [c.task for c in configs] == [
@@ -104,8 +107,8 @@ def test_values_keep_their_commas_and_list_keys_read_theirs(tmp_path):
         '0-dummy_disc-dreamerv3_policy_mesh=%2D1,1,1_configs=debug,dummy-0')
     # A list key given several values is one list, as in embodied.main.
     runs = plan(tmp_path, '--configs', 'debug', '--jax.train_devices', 0, 1)
-    assert len(runs) == 1 and main.parse(runs[0].argv).jax.train_devices == (
-        0, 1)
+    assert len(runs) == 1
+    assert main.parse(runs[0].argv, blocks).jax.train_devices == (0, 1)
 
 
 def test_methods_and_agents_name_the_runs(tmp_path):
@@ -194,6 +197,32 @@ def test_dry_run_lists_the_runs_and_starts_nothing(tmp_path):
     assert '  0-dummy_disc-dreamerv3-0: new' in result.stdout
     assert '  1-cartpole_balance-dreamerv3-0: new' in result.stdout
     assert not (tmp_path / 'sweep').exists()
+
+
+def test_planning_imports_no_jax():
+    launch.assert_imports_without(['embodied.sweep', 'embodied.sweep.cli'],
+                                  ['jax'])
+    code = ('import sys; from embodied import sweep; '
+            "sweep.plan('/nonexistent/sweep', ['--configs', 'debug'], "
+            "seeds=[0, 1]); assert 'jax' not in sys.modules")
+    result = subprocess.run([sys.executable, '-c', code], env=launch.env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_second_sweep_in_the_same_folder_is_refused(tmp_path):
+    import fcntl
+    (tmp_path / 'sweep').mkdir()
+    with open(tmp_path / 'sweep' / '.sweep.lock', 'a+') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write('pid 12345')
+        lock.flush()
+        result = launch.run('--logdir', tmp_path / 'sweep', '--configs',
+                            'debug', module='embodied.sweep', timeout=120)
+    assert result.returncode == 2, result.stdout
+    assert (f'error: another sweep runs in {tmp_path / "sweep"} (pid 12345)'
+            in result.stdout), result.stdout
+    assert [p.name for p in (tmp_path / 'sweep').iterdir()] == ['.sweep.lock']
 
 
 # The Slurm array's script
