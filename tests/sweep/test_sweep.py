@@ -5,7 +5,6 @@ agent): stopped by Ctrl-C with its saves, resumed, then skipped; a sweep
 killed outright stops its runs with their saves."""
 
 import os
-import pathlib
 import re
 import shlex
 import signal
