@@ -3,11 +3,14 @@ loopback, daemons started here and stopped by pid): at the signal before
 the time limit the run saves, exits 0 and the job requeues itself and
 resumes from that save; `scancel` cancels; a failing run shows as FAILED
 with its exit code. Runs on CPU with the numpy test agent (one node) and
-the debug DreamerV3 (two replicas), each job lasting a minute or two."""
+the debug DreamerV3 (two replicas), each job lasting a minute or two. And
+a sweep's job array (`python -m embodied.sweep --sweep.scheduler slurm`),
+whose elements requeue and resume as the one-node recipe does."""
 
 import pathlib
 import re
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -163,3 +166,77 @@ def test_replicas_recipe_saves_at_one_tag_requeues_and_resumes(
     cluster.run('scancel', job)
     cluster.wait(lambda: ended(cluster, job), 120, 'the job to end')
     assert cluster.job(job)['JobState'] == 'CANCELLED'
+
+
+# docs/sweeps.md's sweep on Slurm, at `--configs debug` with the numpy test
+# agent: 2 envs, each element on one CPU; the train steps burn CPU so that
+# element 1 is still running when the test signals it.
+SWEEP_STEPS = 600
+SWEEP = ('--configs', 'debug', '--agent_impl', 'testing', '--task',
+         'dummy_disc', '--seed', 0, 1, '--run.steps', SWEEP_STEPS,
+         '--run.envs', 2, '--run.eval_envs', 0, '--testing.train_burn', 0.05,
+         '--sweep.scheduler', 'slurm', '--sweep.gpus', 0,
+         '--sweep.sbatch', '--mem=1G --cpus-per-task=1 --time=30')
+
+
+def test_sweep_array_runs_its_elements_and_one_requeues_and_resumes(
+        cluster, tmp_path):
+    """A 2-element array from `python -m embodied.sweep --sweep.scheduler
+    slurm`: element 1, signalled once it stepped as Slurm signals before the
+    time limit, saves, requeues and resumes; both elements complete with
+    their runs finished. The same command while they are queued submits
+    nothing, and after they finished says so."""
+    from embodied.sweep import state
+    sweepdir = tmp_path / 'sweep'
+    env = job_env(cluster, tmp_path)
+
+    def sweep():
+        result = subprocess.run(
+            launch.command('--logdir', sweepdir, *SWEEP,
+                           module='embodied.sweep'),
+            env=env, cwd=launch.ROOT, capture_output=True, text=True,
+            timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    output = sweep()
+    job = re.search(r'Submitted array job (\d+) \(2 elements: --array=0-1,',
+                    output)
+    assert job, output
+    job = job.group(1)
+    cluster.jobs.append(job)
+    runs = [sweepdir / '0-dummy_disc-testing-0',
+            sweepdir / '1-dummy_disc-testing-1']
+    again = sweep()
+    for index, run in enumerate(runs):
+        assert (f"Skipping {run.name}: in Slurm's queue as job "
+                f"{job}_{index}") in again, again
+    assert 'Nothing to submit' in again, again
+
+    element = f'{job}_1'
+    log = runs[1] / 'output.log'
+    cluster.wait(lambda: still_running(cluster, element, log) and (
+        runs[1] / 'metrics.jsonl').exists(), 300, 'element 1 to step')
+    cluster.signal_batch(element, signal.SIGUSR1)
+    requeued(cluster, element, 1)
+    for index in range(2):
+        cluster.wait(lambda: ended(cluster, f'{job}_{index}'), 600,
+                     f'element {index} to end')
+        info = cluster.job(f'{job}_{index}')
+        assert (info['JobState'], info['ExitCode']) == ('COMPLETED', '0:0'), (
+            info, (runs[index] / 'output.log').read_text()[-3000:])
+        assert state.saved_step(runs[index]) >= SWEEP_STEPS
+        assert (runs[index] / 'scores.jsonl').exists()
+    text = log.read_text()
+    assert 'The run exited 0.' in text, text
+    assert f'Requeueing element {element}.' in text, text
+    saved = re.search(r'Saving checkpoint: .*/ckpt/logger/0*(\d+)\n',
+                      text[text.index('Received SIGTERM'):])
+    assert saved and int(saved.group(1)) < SWEEP_STEPS, text[-3000:]
+    assert f'Resumed from the save at step {saved.group(1)}.' in text, text
+    assert int(cluster.job(element)['Restarts']) == 1
+    assert int(cluster.job(f'{job}_0')['Restarts']) == 0
+    done = sweep()
+    for run in runs:
+        assert f'Skipping {run.name}: finished at step' in done, done
+    assert 'Nothing to submit' in done, done

@@ -238,6 +238,11 @@ NOT_RUN = {
     'python -m embodied.main --configs debug --task dummy_disc --logdir ~/logdir/replicas --replica 1 --replicas 2 --jax.coordinator_address 127.0.0.1:8476 --jax.mock_devices 2 --jax.train_devices 0 1':
         'one of several replicas started together',
     'mkdocs build': 'tests/test_docs.py builds the site',
+    # docs/sweeps.md
+    'python -m embodied.sweep --logdir ~/logdir/sweep --configs debug --task dummy_disc cartpole_balance --seed 0 1 --run.steps 1000 --sweep.parallel 2':
+        'tests/sweep/test_sweep.py runs it with the numpy test agent '
+        '(stopped by Ctrl-C, resumed, skipped): 4 DreamerV3 runs here would '
+        'test the agent, not the sweep',
     'docker': 'needs a Docker daemon (tests/test_examples.py reads the Dockerfile)',
     'nvidia-smi': 'needs an NVIDIA driver',
 }
@@ -497,6 +502,13 @@ def test_gpu_doc_commands_parse(monkeypatch):
     assert any('--configs atari gpu' in c for c in commands), commands
     for command in commands:
         argv = shlex.split(without_env(command))
+        if argv[:3] == ['python', '-m', 'embodied.sweep']:
+            # docs/sweeps.md: every run of the sweep, as it would start.
+            from embodied.sweep import grid
+            runs = grid.expand(grid.split(argv[3:]))
+            assert all(main.parse(run.argv).jax.platform == 'cuda'
+                       for run in runs), command
+            continue
         assert argv[:3] in (['python', '-m', 'embodied.main'],
                             ['python', '-m', 'embodied.run.parallel']), command
         config = main.parse(argv[3:])

@@ -1,0 +1,1 @@
+"""embodied.sweep: grids of runs, their folders, local and Slurm launches."""
