@@ -134,7 +134,7 @@ def test_configs_ship_inside_the_wheel(tmp_path):
         [sys.executable, '-m', 'embodied.perf.throughput', '--old', 'HEAD'],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert old.returncode == 2, old.stderr[-2000:]
-    assert '--old HEAD needs a source checkout' in old.stderr
+    assert '--old HEAD needs a git clone of embodied' in old.stderr
 
 
 def test_oversized_replay_is_refused_before_allocating(tmp_path):
