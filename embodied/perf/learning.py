@@ -171,18 +171,14 @@ def reference_settings(args, logdir):
 
 
 def reference_runs(runs, task):
-    """The runs of `task`. The original's files name Atari 100k games
-    `atari_<game>` and ball_in_cup `ball_in_cup`, where our tasks are
-    `atari100k_<game>` and `dmc_cup_<task>`."""
-    names = [task]
-    if task.startswith('atari100k_'):
-        names.append('atari_' + task[len('atari100k_'):])
-    if task.startswith('dmc_cup_'):
-        names.append('dmc_ball_in_cup_' + task[len('dmc_cup_'):])
-    for name in names:
-        found = [r for r in runs if r['task'] == name]
-        if found:
-            return found
+    """The runs of `task`, under its published name where that differs
+    (`embodied.plot.tasks`: Atari 100k games are `atari_<game>` there,
+    ball_in_cup `dmc_ball_in_cup_<task>`)."""
+    from embodied.plot import tasks
+    names = tasks.published_names(task)
+    name = tasks.find(task, {r['task'] for r in runs})
+    if name:
+        return [r for r in runs if r['task'] == name]
     known = sorted({r['task'] for r in runs})
     raise SystemExit(
         f"--reference has no runs of task {task!r} (tried {names}); it has "
