@@ -11,7 +11,7 @@ into `curves.png` and `curves.svg`. Needs matplotlib: `pip install
 'embodied[plot]'`. The loading and binning (`runs`) need only numpy.
 
 With `--published SUITE` (DreamerV3's runs of a suite, shipped in
-`published/`, or any file in the original's scores format, `scores`), every
+`data/`, or any file in the original's scores format, `scores`), every
 run is put on the published env-step grid (`bins`, `compare`), each run's
 task, method and seed read from its folder's name in the sweep layout
 (`folders`), and the command prints the reproduction table (`verdict`):

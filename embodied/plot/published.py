@@ -1,6 +1,6 @@
-"""DreamerV3's published runs, shipped as package data (`published/`: the
+"""DreamerV3's published runs, shipped as package data (`data/`: the
 original's `scores/*-dreamerv3.json.gz` at revision e3f0224, MIT-licensed,
-credited in `published/README.md`), and the normalization ranges of the
+credited in `data/README.md`), and the normalization ranges of the
 paper's aggregates."""
 
 import functools
@@ -8,7 +8,7 @@ import pathlib
 
 from . import scores
 
-FOLDER = pathlib.Path(__file__).resolve().parent / 'published'
+FOLDER = pathlib.Path(__file__).resolve().parent / 'data'
 METHOD = 'dreamerv3'
 # The suites DreamerV3 published, as its files name them.
 SUITES = ('atari100k', 'atari57', 'dmc_proprio', 'dmc_vision', 'dmlab30',
