@@ -16,7 +16,7 @@ from . import envs  # noqa: F401
 from . import outputs  # noqa: F401
 from . import run  # noqa: F401
 
-_LAZY = ('jax', 'agents', 'perf', 'plot')
+_LAZY = ('jax', 'agents', 'perf', 'plot', 'sweep')
 
 
 def __getattr__(name):

@@ -159,8 +159,10 @@ def _end_replica(error, code=1):
     os._exit(code)
 
 
-def parse(argv=None):
-    """Turns the command line into a config, raising UsageError on bad input."""
+def parse(argv=None, blocks=None):
+    """Turns the command line into a config, raising UsageError on bad input.
+    `blocks`: the config blocks (`embodied.config.load_blocks()`), for a
+    caller that parses many command lines (`embodied.sweep`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     wants_help = bool(HELP.intersection(argv))
     argv = [arg for arg in argv if arg not in HELP]
@@ -169,7 +171,7 @@ def parse(argv=None):
     except replicaslib.BadReplicas as e:
         raise UsageError(str(e)) from None
     try:
-        blocks = configlib.load_blocks()
+        blocks = blocks or configlib.load_blocks()
         parsed, other = elements.Flags(configs=['defaults']).parse_known(argv)
         config = configlib.build(parsed.configs, blocks)
     except (KeyError, TypeError, ValueError) as e:
