@@ -1,6 +1,7 @@
 """Run folders read as scores Records: each run's task, method and seed from
 its folder's name in the sweep layout (`<index>-<task>-<method>-<seed>`, as
-the original's plot.py reads them), else from its `config.yaml`."""
+the original's plot.py reads them and `embodied.sweep.names` writes them),
+else from its `config.yaml`."""
 
 import pathlib
 
@@ -12,14 +13,10 @@ DEFAULT_METHOD = 'ours'
 
 def parse_name(name):
     """(task, method, seed) of a folder named `<index>-<task>-<method>-<seed>`
-    (a task may hold `-`; index and seed are whole numbers), or None."""
-    parts = name.split('-')
-    if len(parts) < 4 or not parts[0].isdigit() or not parts[-1].isdigit():
-        return None
-    task, method = '-'.join(parts[1:-2]), parts[-2]
-    if not task or not method:
-        return None
-    return task, method, int(parts[-1])
+    as `embodied.sweep` names its runs (a `-` of a task written `%2D`), or
+    None."""
+    from embodied.sweep import names
+    return names.task_method_seed(name)
 
 
 def identify(folder, method=None):

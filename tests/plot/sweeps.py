@@ -4,19 +4,22 @@ import json
 
 import numpy as np
 
+from embodied.sweep import names
+
 
 def write_sweep(root, tasks, seeds, method='dreamerv3', steps=60000,
-                every=1001, slope=1 / 60, seed=0):
-    """Runs `<index>-<task>-<method>-<seed>/scores.jsonl` under `root`: one
+                every=1001, slope=1 / 60, seed=0, start=0):
+    """Runs `<index>-<task>-<method>-<seed>/scores.jsonl` under `root` (as
+    `embodied.sweep` names them, from index `start`): one
     episode about every `every` env steps (jittered, so that the steps are
     uneven as a real run's are) scoring about `slope * step`, capped at
     1000. Returns {(task, seed): (steps, scores)}."""
     rng = np.random.default_rng(seed)
     written = {}
-    index = 0
+    index = start
     for task in tasks:
         for run_seed in seeds:
-            folder = root / f'{index}-{task}-{method}-{run_seed}'
+            folder = root / names.folder(index, task, method, run_seed)
             index += 1
             folder.mkdir(parents=True)
             xs, ys = [], []

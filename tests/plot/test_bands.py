@@ -217,3 +217,22 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith('error: ') and message in err, (argv, err)
         assert len(err.strip().splitlines()) == 1, err
+
+
+def test_runs_are_named_by_their_folder_or_config(tmp_path):
+    """A sweep folder's name gives task, method and seed, split on `-` as
+    the original's plot.py splits it (a `-` of a task is `%2D`); another
+    run's config.yaml gives its task and seed."""
+    sweeps.write_sweep(tmp_path / 'sweep', ['dmc_cup_catch', 'gym_CartPole-v1'],
+                       [3], method='mine', steps=3000)
+    first, second = sorted((tmp_path / 'sweep').iterdir())
+    assert first.name == '0-dmc_cup_catch-mine-3'
+    _, task, method, seed = first.name.split('-')  # as plot.py does
+    assert plot.folders.identify(first) == (task, method, int(seed))
+    assert plot.folders.identify(second) == ('gym_CartPole-v1', 'mine', 3)
+    run = tmp_path / 'plain'
+    run.mkdir()
+    (run / 'config.yaml').write_text('task: dmc_walker_walk\nseed: 4\n')
+    assert plot.folders.identify(run) == ('dmc_walker_walk', 'ours', 4)
+    assert plot.folders.identify(run, 'tuned') == ('dmc_walker_walk', 'tuned', 4)
+    assert compare.natural('run10') > compare.natural('run9')

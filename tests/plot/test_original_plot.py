@@ -40,7 +40,8 @@ args = elements.Config(
     tasks='.*', newstyle=True, indir_prefix=False, workers=0,
     xkeys=['xs', 'step'], ykeys=['ys', 'episode/score'], ythres=0.0, xlim=0,
     ylim=0, binsize=0, bins=30, cols=0, legendcols=0, size=[3, 3], xticks=4,
-    yticks=10, stats=['runs', 'auto', 'self_mean', 'self_median'], agg=True,
+    yticks=10, stats=['runs', 'mean', 'median', 'self_mean', 'self_median'],
+    agg=True,
     todf='')
 df = plot.load_runs(args)
 df = plot.bin_runs(df, args)
@@ -65,16 +66,15 @@ def test_original_plot_reads_our_sweep_and_agrees(tmp_path):
     for module in NEEDS:
         pytest.importorskip(module, reason=f"the original's plot.py imports {module}")
     sweep = tmp_path / 'sweep'
-    tasks = ['dmc_cartpole_balance', 'dmc_walker_walk']
-    # The walker's runs are shorter, so the two tasks' bins differ (each
-    # task is binned to its own largest step, as the original does).
-    sweeps.write_sweep(sweep, tasks[:1], [0, 1, 2], steps=60000)
-    sweeps.write_sweep(sweep / 'more', tasks[1:], [0, 1, 2], steps=45000,
-                       seed=1)
-    for folder in (sweep / 'more').iterdir():  # indices go on: 3, 4, 5
-        _, task, method, seed = folder.name.split('-')
-        folder.rename(sweep / f'{3 + int(seed)}-{task}-{method}-{seed}')
-    (sweep / 'more').rmdir()
+    # The walker's runs are shorter, so the tasks' bins differ (each task
+    # is binned to its own largest step, as the original does); a task
+    # with a `-` is written %2D in its folder's name.
+    sweeps.write_sweep(sweep, ['dmc_cartpole_balance'], [0, 1, 2])
+    sweeps.write_sweep(sweep, ['dmc_walker_walk'], [0, 1, 2], steps=45000,
+                       seed=1, start=3)
+    sweeps.write_sweep(sweep, ['gym_CartPole-v1'], [0, 1], steps=30000,
+                       every=501, seed=2, start=6)
+    assert (sweep / '6-gym_CartPole%2Dv1-dreamerv3-0').is_dir()
     result = tmp_path / 'original.json'
     env = dict(os.environ, PYTHONPATH=SOURCE, MPLBACKEND='Agg')
     proc = subprocess.run(
@@ -82,8 +82,10 @@ def test_original_plot_reads_our_sweep_and_agrees(tmp_path):
          str(result)], cwd=SOURCE, env=env, capture_output=True, text=True,
         timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # What it printed: every task, method and seed of the sweep.
-    assert 'Tasks (2): dmc_cartpole_balance, dmc_walker_walk' in proc.stdout
+    # What it printed: every task, method and seed of the sweep (the task
+    # as its folder spells it: the original does not undo the escape).
+    assert ('Tasks (3): dmc_cartpole_balance, dmc_walker_walk, '
+            'gym_CartPole%2Dv1') in proc.stdout
     assert 'Methods (1): dreamerv3' in proc.stdout
     assert 'Seeds (3): 0, 1, 2' in proc.stdout
     assert (tmp_path / 'out' / 'sweep' / 'curves.png').stat().st_size > 0
@@ -92,16 +94,20 @@ def test_original_plot_reads_our_sweep_and_agrees(tmp_path):
     # Ours, on the same folder with no published runs: the original's
     # default grid (30 bins to each task's largest step).
     report = plot.compare_runs(
-        [sweep], [], stats=['runs', 'auto', 'self_mean', 'self_median'],
-        reps=100)
+        [sweep], [], stats=['runs', 'mean', 'median', 'self_mean',
+                            'self_median'], reps=100)
     ours = report.ours['dreamerv3']
-    assert len(theirs['runs']) == 6
+    assert sorted(ours) == [
+        'dmc_cartpole_balance', 'dmc_walker_walk', 'gym_CartPole-v1']
+    assert len(theirs['runs']) == 8
     for run in theirs['runs']:
-        binned = ours[run['task']]
+        task = run['task'].replace('%2D', '-')
+        binned = ours[task]
         row = binned.seeds.index(int(run['seed']))
-        np.testing.assert_allclose(report.grids[run['task']].xs, run['xs'])
+        np.testing.assert_allclose(report.grids[task].xs, run['xs'])
         np.testing.assert_allclose(
             binned.values[row], np.array(run['ys'], float), rtol=1e-12)
+        assert np.isfinite(binned.values[row]).all()  # an episode a bin
     names = {s['name'] for s in theirs['stats']}
     assert names == set(TITLES.values()), names
     for name, title in TITLES.items():
@@ -110,13 +116,3 @@ def test_original_plot_reads_our_sweep_and_agrees(tmp_path):
             report.stats[name]['dreamerv3'], np.array(stat['ys'], float),
             rtol=1e-12, err_msg=name)
 
-
-def test_runs_named_as_the_original_splits_them(tmp_path):
-    """The original splits a run folder's name on `-` into index, task,
-    method and seed; ours reads the same parts."""
-    sweeps.write_sweep(tmp_path, ['dmc_cup_catch'], [3], method='mine')
-    folder, = tmp_path.iterdir()
-    assert folder.name == '0-dmc_cup_catch-mine-3'
-    _, task, method, seed = folder.name.split('-')  # as plot.py does
-    assert plot.folders.identify(folder) == (task, method, int(seed))
-    assert compare.natural('run10') > compare.natural('run9')
