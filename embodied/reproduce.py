@@ -56,6 +56,7 @@ class Plan:
     runs: list          # embodied.sweep Runs
     config: object      # the first run's config
     repeat: int         # the logger's multiplier of the suite
+    env_block: str      # the env.<name> block whose repeat that is
 
 
 def main(argv=None):
@@ -176,8 +177,10 @@ def make_plan(args, extra):
     head = ['--configs', block, *blocks]
     if '--script' not in extra:
         head += ['--script', 'parallel']
+    from embodied import factories
     probe = mainlib.parse([*head, '--task', chosen[0], *extra])
-    repeat = int(probe.env.get(block, {}).get('repeat', 1))
+    env_block = factories.env_block(probe)
+    repeat = int(probe.env.get(env_block, {}).get('repeat', 1))
     run_steps = int(math.ceil(steps / repeat))
     flags = [*head, '--run.steps', str(run_steps), *extra]
     logdir = pathlib.Path(os.path.expanduser(
@@ -185,7 +188,7 @@ def make_plan(args, extra):
     runs = sweep.plan(logdir, flags, tasks=chosen, seeds=seeds)
     config = mainlib.parse([*flags, '--task', chosen[0]])
     return Plan(suite, block, chosen, seeds, steps, run_steps, blocks, flags,
-                logdir, runs, config, repeat)
+                logdir, runs, config, repeat, env_block)
 
 
 def updates_per_run(plan):
@@ -201,8 +204,10 @@ def describe(plan, parallel):
     config = plan.config
     lines = [
         f"Reproducing DreamerV3's {plan.suite} "
-        f'({published.path(plan.suite).name}): {len(plan.tasks)} tasks x '
-        f'{len(plan.seeds)} seeds = {len(plan.runs)} runs in {plan.logdir}, '
+        f'({published.path(plan.suite).name}): '
+        f"{plural(len(plan.tasks), 'task')} x "
+        f"{plural(len(plan.seeds), 'seed')} = "
+        f"{plural(len(plan.runs), 'run')} in {plan.logdir}, "
         f'{parallel} at a time.',
         f"  tasks: {' '.join(plan.tasks)}",
         f"  seeds: {' '.join(str(s) for s in plan.seeds)}",
@@ -211,16 +216,20 @@ def describe(plan, parallel):
         f'  blocks: {plan.block} (the original\'s, unchanged)'
         + (f", then {' '.join(plan.blocks)}" if plan.blocks else
            ' with this package\'s laptop defaults (no gpu block: '
-           f'{config.run.envs} envs, replay {config.replay.size:g})'),
+           f'{config.run.envs} envs, replay {int(config.replay.size):,})'),
         f'  budget: {plan.steps:g} env steps on the published axis (the '
         f"original's driver's steps, reset steps included, times "
-        f'env.{plan.block}.repeat = {plan.repeat}): run.steps '
+        f'env.{plan.env_block}.repeat = {plan.repeat}): run.steps '
         f'{plan.run_steps}',
         f'  train: ratio {config.run.train_ratio:g}, batch '
         f'{config.batch_size} x {config.batch_length}: '
         f'{updates_per_run(plan):.0f} updates a run',
     ]
     return '\n'.join(lines)
+
+
+def plural(count, word):
+    return f'{count} {word}' + ('' if count == 1 else 's')
 
 
 def estimate(plan, pending, train_steps, parallel):
@@ -246,10 +255,11 @@ def estimate(plan, pending, train_steps, parallel):
     per_run = updates_per_run(plan) / rate
     total = per_run * len(pending)
     return (
-        f'Train steps/s: {rate:.2f} on {result["device"]} (first update, '
-        f'compiling, in {result["first_train"]:.0f} s). About '
-        f'{duration(per_run)} a run from its train steps alone; '
-        f'{len(pending)} unfinished runs one after another: about '
+        f'Train steps/s: {rate:.2f} on {result["device"]} (the agent built '
+        f'and compiled in {result["build"] + result["first_train"]:.0f} s). '
+        f'About {duration(per_run)} a run from its train steps alone (the '
+        f'env steps and the compile not counted); '
+        f"{plural(len(pending), 'unfinished run')} one after another: about "
         f'{duration(total)}'
         + ('' if parallel <= 1 else
            f' ({parallel} at a time share the device, which shortens this '

@@ -16,9 +16,10 @@ reported (400 for CartPole; DMC scores go to 1000). At the end it writes
 `--analyze` redoes the summary and the curves from a finished benchmark's
 `learning.json` and the `scores.jsonl` beside it.
 
-`--reference` names the original's published scores of a suite
-(`scores/<suite>-dreamerv3.json.gz` in a checkout of danijar/dreamerv3,
-e.g. `dmc_vision-dreamerv3.json.gz`); the summary then prints beside ours the
+`--reference` names the original's published scores of a suite: a suite
+whose DreamerV3 runs ship with `embodied.plot` (e.g. `dmc_vision`), or a
+file in its scores format (`scores/<suite>-<method>.json.gz` in a checkout
+of danijar/dreamerv3); the summary then prints beside ours the
 original's score at the same env steps (the mean over its seeds of the
 episodes that ended since the previous row). The task is the run's
 (`--reference_task` overrides it).
@@ -54,8 +55,8 @@ def main(argv=None):
     parser.add_argument('--analyze', default='',
                         help='summarise an existing learning.json')
     parser.add_argument('--reference', default='',
-                        help="the original's published scores, "
-                             'scores/<suite>-dreamerv3.json.gz')
+                        help="the original's published scores: a suite "
+                             '(dmc_vision, ...) or a scores file')
     parser.add_argument('--reference_task', default='',
                         help='the task in --reference (default: the run\'s)')
     args, extra = parser.parse_known_args(argv)
@@ -143,8 +144,12 @@ class Follower:
 
 
 def load_reference(path):
-    """The runs in one of the original's published score files: a list of
-    {'task', 'method', 'seed', 'xs' (env steps), 'ys' (episode scores)}."""
+    """The runs in one of the original's published score files (or the
+    shipped DreamerV3 runs of a suite named `path`): a list of {'task',
+    'method', 'seed', 'xs' (env steps), 'ys' (episode scores)}."""
+    from embodied.plot import published
+    if not str(path).endswith('.json.gz') and published.suite_name(str(path)):
+        path = published.path(str(path))
     try:
         with gzip.open(path, 'rt') as f:
             runs = json.load(f)

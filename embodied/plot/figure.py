@@ -92,8 +92,8 @@ def draw_bands(report, outdir, name='bands', xlim=0, cols=4):
     """Each task of a Report (`compare.build`) in a panel of its own: every
     method's seed mean with its min-max over seeds shaded (ours first, then
     the published ones), and a panel per aggregate. The env-step axis ends
-    at our last binned score (the whole published grid when there are none
-    of ours) unless `xlim` says otherwise. Writes `name.png` and `name.svg`
+    a bin after our last binned score (the whole published grid when there
+    are none of ours) unless `xlim` says otherwise. Writes `name.png` and `name.svg`
     into `outdir`; returns their paths."""
     from . import aggregates
     from . import compare
@@ -132,8 +132,10 @@ def draw_bands(report, outdir, name='bands', xlim=0, cols=4):
     for stat, ax in zip(report.stats, axes[len(report.tasks):]):
         for method, curve in report.stats[stat].items():
             xs = longest[:len(curve)]
-            keep = np.isfinite(curve)
-            ax.plot(xs[keep], curve[keep], color=colors[method], lw=1.5)
+            keep = np.isfinite(curve) & ((curve > 0) if stat == 'runs' else True)
+            ours = method in report.ours
+            ax.plot(xs[keep], curve[keep], color=colors[method], lw=1.5,
+                    marker='o' if ours else None, ms=2.5)
         ax.set_title(aggregates.title(stat), fontsize=9)
         ax.set_facecolor('#f4f4f4')
         _style(ax, xlim)
@@ -154,15 +156,17 @@ def draw_bands(report, outdir, name='bands', xlim=0, cols=4):
 
 
 def _band_xlim(report):
-    """The label of our last binned score over all tasks (with a margin),
-    or 0 (the whole grid) when there are none of ours."""
+    """The label of our last binned score over all tasks plus one bin, or 0
+    (the whole grid) when there are none of ours."""
     last = 0.0
     for found in report.ours.values():
         for task, binned in found.items():
             scored = np.flatnonzero(np.isfinite(binned.mean()))
             if len(scored):
-                last = max(last, float(report.grids[task].xs[scored[-1]]))
-    return 1.05 * last
+                edges = report.grids[task].edges
+                last = max(last, float(edges[scored[-1] + 1]) + float(
+                    edges[1] - edges[0]))
+    return last
 
 
 def _style(ax, xlim):
