@@ -134,6 +134,7 @@ def parse_args(argv):
 def make_plan(args, extra):
     """The Plan of the command line; a ValueError or UsageError names what
     is wrong before anything starts."""
+    from embodied import factories
     from embodied import main as mainlib
     from embodied import sweep
     from embodied.plot import bins as binslib
@@ -177,7 +178,6 @@ def make_plan(args, extra):
     head = ['--configs', block, *blocks]
     if '--script' not in extra:
         head += ['--script', 'parallel']
-    from embodied import factories
     probe = mainlib.parse([*head, '--task', chosen[0], *extra])
     env_block = factories.env_block(probe)
     repeat = int(probe.env.get(env_block, {}).get('repeat', 1))
