@@ -112,11 +112,20 @@ def test_configs_ship_inside_the_wheel(tmp_path):
         names = zf.namelist()
         zf.extractall(tmp_path / 'site')
     assert 'embodied/configs/defaults.yaml' in names
+    # DreamerV3's published scores and their credit (embodied/plot/data).
+    for suite in ('atari100k', 'atari57', 'dmc_proprio', 'dmc_vision',
+                  'dmlab30', 'minecraft_diamond', 'procgen'):
+        assert f'embodied/plot/data/{suite}-dreamerv3.json.gz' in names
+    assert 'embodied/plot/data/README.md' in names
+    assert 'embodied/plot/data/normalization.yaml' in names
     code = (
         'import embodied.config as c, pathlib; '
         'd = c.config_dir(); '
         f'assert d == pathlib.Path({str(tmp_path / "site")!r}) / "embodied" / "configs", d; '
-        'assert "debug" in c.load_blocks()')
+        'assert "debug" in c.load_blocks(); '
+        'from embodied.plot import published; '
+        'assert len(published.load("dmc_proprio")) == 90; '
+        'assert published.normalization()["dmlab30"]')
     env = launch.env()
     env['PYTHONPATH'] = str(tmp_path / 'site')
     subprocess.run(

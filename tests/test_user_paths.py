@@ -245,6 +245,10 @@ NOT_RUN = {
         'test the agent, not the sweep',
     'docker': 'needs a Docker daemon (tests/test_examples.py reads the Dockerfile)',
     'nvidia-smi': 'needs an NVIDIA driver',
+    'python -m embodied.reproduce':
+        'hours of training on a GPU (tests/test_reproduce.py runs the '
+        "command at the debug size with a tiny budget, and the page's "
+        'commands with --dry)',
 }
 
 ASSIGNMENTS = r'^((?:[A-Z_][A-Z0-9_]*=\S+\s+)+)'
@@ -431,6 +435,32 @@ def write_scores(folder, scores):
                 'episode/score': float(score)}) + '\n')
 
 
+def check_published_plot(entry, flags):
+    """A page's `embodied.plot [LOGDIR] --published SUITE`: each LOGDIR is
+    made as a sweep of two seeds of the suite's first published task; the
+    command prints the aggregates and, with a LOGDIR, the verdict, the
+    markdown and the plot."""
+    from embodied.plot import published, tasks
+    from tests.plot import sweeps
+    logdirs = flags[:flags.index('--published')]
+    suite = flags[flags.index('--published') + 1]
+    first = min(r.task for r in published.load(suite))
+    for logdir in logdirs:
+        sweeps.write_sweep(pathlib.Path(logdir),
+                           [tasks.run_task(first, suite)], [0, 1])
+    output = run_entry(entry, flags, dreamer=False)
+    assert 'Aggregates at env step' in output, output[-3000:]
+    if logdirs:
+        assert 'Verdict:' in output, output[-3000:]
+        outdir = pathlib.Path(
+            flags[flags.index('--outdir') + 1] if '--outdir' in flags
+            else logdirs[0])
+        for name in ('reproduction.md', 'bands.png'):
+            assert (outdir / name).exists(), list(outdir.iterdir())
+    if '--write' in flags:
+        assert pathlib.Path(flags[flags.index('--write') + 1]).exists()
+
+
 def slug(command):
     """A short test id for a command."""
     words = shlex.split(without_env(command))[1:]
@@ -450,6 +480,9 @@ def test_doc_command(tmp_path, command):
         assert result.returncode == 0, result.stderr[-3000:]
         return
     entry, flags = as_test(command, tmp_path)
+    if entry.get('module') == 'embodied.plot' and '--published' in flags:
+        check_published_plot(entry, flags)
+        return
     if entry.get('module') == 'embodied.plot':
         pytest.importorskip('matplotlib')
         logdir = tmp_path / 'logdir'

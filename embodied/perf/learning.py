@@ -16,9 +16,10 @@ reported (400 for CartPole; DMC scores go to 1000). At the end it writes
 `--analyze` redoes the summary and the curves from a finished benchmark's
 `learning.json` and the `scores.jsonl` beside it.
 
-`--reference` names the original's published scores of a suite
-(`scores/<suite>-dreamerv3.json.gz` in a checkout of danijar/dreamerv3,
-e.g. `dmc_vision-dreamerv3.json.gz`); the summary then prints beside ours the
+`--reference` names the original's published scores of a suite: a suite
+whose DreamerV3 runs ship with `embodied.plot` (e.g. `dmc_vision`), or a
+file in its scores format (`scores/<suite>-<method>.json.gz` in a checkout
+of danijar/dreamerv3); the summary then prints beside ours the
 original's score at the same env steps (the mean over its seeds of the
 episodes that ended since the previous row). The task is the run's
 (`--reference_task` overrides it).
@@ -54,8 +55,8 @@ def main(argv=None):
     parser.add_argument('--analyze', default='',
                         help='summarise an existing learning.json')
     parser.add_argument('--reference', default='',
-                        help="the original's published scores, "
-                             'scores/<suite>-dreamerv3.json.gz')
+                        help="the original's published scores: a suite "
+                             '(dmc_vision, ...) or a scores file')
     parser.add_argument('--reference_task', default='',
                         help='the task in --reference (default: the run\'s)')
     args, extra = parser.parse_known_args(argv)
@@ -143,8 +144,12 @@ class Follower:
 
 
 def load_reference(path):
-    """The runs in one of the original's published score files: a list of
-    {'task', 'method', 'seed', 'xs' (env steps), 'ys' (episode scores)}."""
+    """The runs in one of the original's published score files (or the
+    shipped DreamerV3 runs of a suite named `path`): a list of {'task',
+    'method', 'seed', 'xs' (env steps), 'ys' (episode scores)}."""
+    from embodied.plot import published
+    if not str(path).endswith('.json.gz') and published.suite_name(str(path)):
+        path = published.path(str(path))
     try:
         with gzip.open(path, 'rt') as f:
             runs = json.load(f)
@@ -171,18 +176,14 @@ def reference_settings(args, logdir):
 
 
 def reference_runs(runs, task):
-    """The runs of `task`. The original's files name Atari 100k games
-    `atari_<game>` and ball_in_cup `ball_in_cup`, where our tasks are
-    `atari100k_<game>` and `dmc_cup_<task>`."""
-    names = [task]
-    if task.startswith('atari100k_'):
-        names.append('atari_' + task[len('atari100k_'):])
-    if task.startswith('dmc_cup_'):
-        names.append('dmc_ball_in_cup_' + task[len('dmc_cup_'):])
-    for name in names:
-        found = [r for r in runs if r['task'] == name]
-        if found:
-            return found
+    """The runs of `task`, under its published name where that differs
+    (`embodied.plot.tasks`: Atari 100k games are `atari_<game>` there,
+    ball_in_cup `dmc_ball_in_cup_<task>`)."""
+    from embodied.plot import tasks
+    names = tasks.published_names(task)
+    name = tasks.find(task, {r['task'] for r in runs})
+    if name:
+        return [r for r in runs if r['task'] == name]
     known = sorted({r['task'] for r in runs})
     raise SystemExit(
         f"--reference has no runs of task {task!r} (tried {names}); it has "

@@ -73,3 +73,8 @@ def test_a_bad_reference_file_is_named(tmp_path):
     path.write_text('not gzip')
     with pytest.raises(SystemExit, match='not a published scores file'):
         learning.load_reference(str(path))
+
+
+def test_reference_by_suite_reads_the_shipped_runs():
+    runs = learning.load_reference('dmc_vision')
+    assert len(learning.reference_runs(runs, 'dmc_cup_catch')) == 10
