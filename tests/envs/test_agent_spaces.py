@@ -34,8 +34,9 @@ REFUSALS = [
      "obs 'image' (Space(uint8, shape=(24, 24, 3), low=0, high=255)): "
      'agent.enc.simple.mults [2, 3, 4, 4] halves 24x24 images 4 times, '
      'which needs sides that 16 divides: set --agent.enc.simple.mults '
-     '2,3,4 (1 to 3 stages fit 24x24), or give images of 32 to 256 pixels '
-     'a side in steps of 16 (e.g. 32x32).'),
+     '2,3,4 --agent.dec.simple.mults 2,3,4 (1 to 3 stages fit 24x24), or '
+     'give images of 32 to 256 pixels a side in steps of 16 (e.g. '
+     '32x32).'),
     ('decoder-stages', 'images',
      ['--env.own.shape', '24,24,3', '--agent.enc.simple.mults', '2,3,4'],
      "obs 'image' (Space(uint8, shape=(24, 24, 3), low=0, high=255)): "

@@ -141,7 +141,7 @@ def _image_sizes(images, config):
                 f'(embodied.wrappers.ResizeImage).')
             return
     what = f"obs '{keys[0]}' ({first})"
-    yield from _encoder(what, size, config.enc.simple)
+    yield from _encoder(what, size, config)
     yield from _decoder(what, size, config.dec.simple, config.dyn.rssm)
 
 
@@ -151,10 +151,13 @@ def stages(net):
     return len(net.mults) - int(bool(net.outer))
 
 
-def encoder_problem(size, mults, outer, where='agent.enc.simple'):
+def encoder_problem(size, mults, outer, where='agent.enc.simple',
+                    decoder=None):
     """What is wrong with images of `size` (height, width) for an encoder
     of `mults` and `outer`, or None; the text names the settings under
-    `where`."""
+    `where`. Where the stage counts it proposes do not fit the `decoder`
+    (its `dec.simple` settings, if given) either, it proposes the
+    decoder's too."""
     count = len(mults) - int(bool(outer))
     factor = 2 ** count
     end = tuple(s // factor for s in size)
@@ -176,13 +179,16 @@ def encoder_problem(size, mults, outer, where='agent.enc.simple'):
         text += f'which needs sides that {factor} divides'
     options = []
     if fits:
-        length = fits[-1] + int(bool(outer))
-        mult = (list(mults) + [mults[-1] if mults else 1] * length)[:length]
+        near = min(fits, key=lambda k: abs(k - count))  # Of the fewest changes.
+        flags = f'--{where}.mults {_first(mults, near + int(outer))}'
+        if decoder is not None and any(
+                s % 2 ** stages(decoder) for s in size):
+            flags += (
+                f' --agent.dec.simple.mults '
+                f'{_first(decoder.mults, near + int(decoder.outer))}')
         counts = (f'{fits[0]} to {fits[-1]}' if len(fits) > 1
                   else f'{fits[0]}')
-        options.append(
-            f'set --{where}.mults {",".join(map(str, mult))} ({counts} '
-            f'stages fit {_pixels(size)})')
+        options.append(f'set {flags} ({counts} stages fit {_pixels(size)})')
     best = tuple(
         int(np.clip(max(1, round(s / factor)), lo, hi)) * factor
         for s in size)
@@ -192,21 +198,31 @@ def encoder_problem(size, mults, outer, where='agent.enc.simple'):
     return f'{text}: {", or ".join(options)}.'
 
 
-def _encoder(what, size, net):
-    problem = encoder_problem(size, net.mults, net.outer)
+def _first(mults, length):
+    """The first `length` of `mults` as a flag value, the last repeated
+    where it has fewer."""
+    mults = list(mults) or [1]
+    return ','.join(map(str, (mults + mults[-1:] * length)[:length]))
+
+
+def _encoder(what, size, config):
+    net = config.enc.simple
+    problem = encoder_problem(
+        size, net.mults, net.outer, decoder=config.dec.simple)
     if problem:
         yield f'{what}: {problem}'
 
 
 def _decoder(what, size, net, rssm):
     factor = 2 ** stages(net)
-    if not all(s % factor == 0 and s // factor >= 1 for s in size):
+    if any(s % factor for s in size):
         fits = [k for k in range(1, 9) if all(s % 2 ** k == 0 for s in size)]
         hint = ''
         if fits:
-            length = min(fits[-1], len(net.mults) or 1) + int(bool(net.outer))
-            hint = (f'set --agent.dec.simple.mults '
-                    f'{",".join(map(str, list(net.mults)[:length]))}, or ')
+            length = min(fits[-1], len(net.mults)) + int(bool(net.outer))
+            hint = (
+                f'set --agent.dec.simple.mults {_first(net.mults, length)}, '
+                f'or ')
         yield (
             f'{what}: agent.dec.simple.mults {list(net.mults)} doubles the '
             f'decoder {_times(stages(net))} up to the image, which needs '
