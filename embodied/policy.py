@@ -64,34 +64,41 @@ def load_policy(
         raise FileNotFoundError(str(e).replace(
             'run.from_checkpoint:', 'load_policy:', 1)) from None
     config = acting_config(run_config(path, config), platform, batch_size)
-    env = built_env(config, make_env)
-    agent = factories.make_agent(config, make_env=lambda *_: env)
+    env = (make_env or factories.make_env)(config, 0)
+    try:  # Built once: the agent's spaces and the env's action wrappers.
+        spaces, actions = _Spaces(env), EnvActions(env)
+    finally:
+        env.close()
+    agent = factories.make_agent(config, make_env=lambda *_: spaces)
     saving.load_agent(agent, folder)
     if seed is not None:
         restart_seeds(agent, seed)
-    return Policy(agent, mode, config, env)
+    return Policy(agent, mode, config, actions)
 
 
-def built_env(config, make_env=None):
-    """Env 0 of `make_env` (the run's `--task` when None), built once and
-    closed: it keeps its spaces and action wrappers, which is all that the
-    agent's build and the policy's actions need of it."""
-    env = (make_env or factories.make_env)(config, 0)
-    try:
-        return _Built(env)
-    finally:
-        env.close()
+class EnvActions:
+    """The agent's actions as an env receives them: `self(act)` passes a
+    batch of them (one row per env) through the action wrappers of `env`
+    (`embodied.wrappers.received`, which does not step it: a closed env
+    will do), and `space` is the act space of the env under them, without
+    `reset`."""
+
+    def __init__(self, env):
+        self.env = env
+        self.space = {
+            k: v for k, v in wrappers.action_path(env)[1].act_space.items()
+            if k != 'reset'}
+
+    def __call__(self, act):
+        return wrappers.received(self.env, act)
 
 
-class _Built:
-    """A closed env's spaces, its action wrappers (`wrappers.received`) and
-    the action space of the env under them."""
+class _Spaces:
+    """The spaces of a closed env, for `make_agent` to build for."""
 
     def __init__(self, env):
         self.obs_space = dict(env.obs_space)
         self.act_space = dict(env.act_space)
-        self.env_act_space = dict(wrappers.action_path(env)[1].act_space)
-        self.wrapped = env
 
     def close(self):
         pass
@@ -160,19 +167,18 @@ class Policy:
     state (`policy.carry`) between calls; a row with `is_first` starts a
     fresh one. A call whose row count differs from the last one's starts
     a new batch, and then every row must be `is_first`. Not thread-safe:
-    one thread calls it.
+    one thread calls it. `actions` (`EnvActions`) maps the agent's
+    actions to the env's; None gives them as the agent does.
     """
 
-    def __init__(self, agent, mode, config, env=None):
+    def __init__(self, agent, mode, config, actions=None):
         self.agent = agent
         self.mode = mode
         self.config = config
         self.obs_space = dict(agent.obs_space)
         self.agent_act_space = dict(agent.act_space)
-        self._env = env and env.wrapped
-        spaces = env.env_act_space if env else agent.act_space
-        self.act_space = {
-            k: v for k, v in spaces.items() if k in self.agent_act_space}
+        self._actions = actions
+        self.act_space = dict(actions.space if actions else agent.act_space)
         self.carry = None
         self._rows = 0
 
@@ -193,11 +199,9 @@ class Policy:
 
     def env_action(self, act):
         """The agent's actions `act` (one row per env) as the run's env
-        receives them: through the run's action wrappers
-        (`embodied.wrappers.received`)."""
-        if self._env is None:
-            return act
-        return wrappers.received(self._env, act)
+        receives them: through the run's action wrappers (`EnvActions`;
+        without them, as they are)."""
+        return self._actions(act) if self._actions else act
 
     def reset(self):
         """Forgets every env's state: the next call starts a new batch."""
