@@ -58,12 +58,13 @@ def env_spaces(config, factory=None):
         env.close()
 
 
-def replay_spaces(config, make_env=None):
+def replay_spaces(config, make_env=None, spaces=None):
     """The spaces of one stored step: observations, actions and the replay
     context the agent writes back (agents declare it with an optional static
     method `replay_context_spaces(obs_space, act_space, config)`). The envs
-    are those of `make_env` (see `env_spaces`)."""
-    obs_space, act_space = env_spaces(config, make_env)
+    are those of `make_env` (see `env_spaces`), or `spaces`, env 0's
+    `(obs_space, act_space)` where the caller has them."""
+    obs_space, act_space = spaces or env_spaces(config, make_env)
     spaces = {**obs_space, **act_space}
     if not config.random_agent:
         ctor = _import(agent_path(config.agent_impl))
@@ -73,42 +74,78 @@ def replay_spaces(config, make_env=None):
     return spaces
 
 
-def make_agent(config, make_env=None):
-    """The agent, for the spaces of the envs of `make_env(config, index)`: a
-    script's own env factory, else the run's `--task`."""
-    if config.replicas > 1 and not config.random_agent:
-        _join_replicas(config)
-    obs_space, act_space = env_spaces(config, make_env)
+def agent_spaces(obs_space, act_space):
+    """The spaces the agent gets of an env's: without the `log/` metrics
+    and the `reset` action."""
     obs_space = {
         k: v for k, v in obs_space.items() if not k.startswith('log/')}
     act_space = {k: v for k, v in act_space.items() if k != 'reset'}
+    return obs_space, act_space
+
+
+def check_agent(config, obs_space, act_space):
+    """Raises a UsageError of one line, `--task <task>: <problem>`, unless
+    the run's agent can be built for env 0's spaces (as `make_env` gives
+    them). The agent's class tells it with an optional static method or
+    classmethod `check_spaces(obs_space, act_space, config)`, given the
+    spaces and the config its constructor gets, which raises a ValueError
+    naming the problem; it is called without building the agent, at the
+    start of a run before any worker starts and by `make_agent`."""
+    if config.random_agent:
+        return
+    try:
+        ctor = _import(agent_path(config.agent_impl))
+    except ImportError as e:
+        raise UsageError(f'--agent_impl {config.agent_impl}: {e}') from None
+    hook = getattr(ctor, 'check_spaces', None)
+    if hook is None:
+        return
+    try:
+        hook(*agent_spaces(obs_space, act_space), agent_config(config))
+    except ValueError as e:
+        raise UsageError(f'--task {config.task}: {e}') from None
+
+
+def make_agent(config, make_env=None):
+    """The agent, for the spaces of the envs of `make_env(config, index)`: a
+    script's own env factory, else the run's `--task`; refused with a
+    UsageError where the agent cannot take them (`check_agent`)."""
+    if config.replicas > 1 and not config.random_agent:
+        _join_replicas(config)
+    obs_space, act_space = env_spaces(config, make_env)
+    check_agent(config, obs_space, act_space)
+    obs_space, act_space = agent_spaces(obs_space, act_space)
     if config.random_agent:
         return embodied.RandomAgent(obs_space, act_space)
     ctor = _import(agent_path(config.agent_impl))
+    return ctor(obs_space, act_space, agent_config(config))
+
+
+def agent_config(config):
+    """The config the agent's constructor gets: the `agent` block (the
+    `testing` block for agent_impl testing) and the globals it needs."""
     if config.agent_impl == 'testing':
-        agent_config = elements.Config(
+        return elements.Config(
             **config.testing,
             seed=config.seed,
             batch_size=config.batch_size,
             batch_length=config.batch_length,
             replay_context=config.replay_context,
             logdir=config.logdir)
-    else:
-        agent_config = elements.Config(
-            **config.agent,
-            logdir=config.logdir,
-            seed=config.seed,
-            jax=config.jax,
-            batch_size=config.batch_size,
-            batch_length=config.batch_length,
-            replay_context=config.replay_context,
-            report_length=config.report_length,
-            replica=config.replica,
-            replicas=config.replicas,
-            policy_batches=arguments.policy_calls(
-                make_args(config), config.script),
-            trains=config.script != 'eval_only')
-    return ctor(obs_space, act_space, agent_config)
+    return elements.Config(
+        **config.agent,
+        logdir=config.logdir,
+        seed=config.seed,
+        jax=config.jax,
+        batch_size=config.batch_size,
+        batch_length=config.batch_length,
+        replay_context=config.replay_context,
+        report_length=config.report_length,
+        replica=config.replica,
+        replicas=config.replicas,
+        policy_batches=arguments.policy_calls(
+            make_args(config), config.script),
+        trains=config.script != 'eval_only')
 
 
 def _join_replicas(config):

@@ -19,8 +19,9 @@ import elements
 from embodied import config as configlib
 from embodied.config import UsageError
 from embodied.factories import (  # noqa: F401 (the original's names, here)
-    AGENTS, SUITES, agent_path, is_own_task, make_agent, make_args, make_env,
-    make_logger, make_replay, make_stream, replay_spaces, wrap_env)
+    AGENTS, SUITES, agent_path, check_agent, env_spaces, is_own_task,
+    make_agent, make_args, make_env, make_logger, make_replay, make_stream,
+    replay_spaces, wrap_env)
 from embodied import rpc
 from embodied.core import diskfull
 from embodied.core import linewise
@@ -41,15 +42,7 @@ HELP = {'--help', '-h'}
 def main(argv=None):
     linewise.install()  # The launcher's threads print whole lines.
     try:
-        config = parse(argv)
-        if config.script in REPLAY_SCRIPTS:
-            spaces = replay_spaces(config)
-            replay_size.check_replay_fits(config, spaces)
-            if not config.run.max_frame:
-                config = config.update({
-                    'run.max_frame': connections.frame_limit(config, spaces)})
-        elif ':' in config.task:  # A module of yours: built once to check.
-            make_env(config, 0).close()
+        config = check_start(parse(argv))
     except (UsageError, replay_size.ReplayTooLarge) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
@@ -67,9 +60,8 @@ def main(argv=None):
         sys.exit(rpc.supervisor.exit_code(e))
     except (validation.BadValue, UsageError) as e:
         # Values only checkable once JAX sees the devices (a mesh that does
-        # not fit the GPUs), raised while the agent is built; a suite's
-        # missing package, where no env was built before the script ran;
-        # settings only an output can check (W&B without credentials).
+        # not fit the GPUs), raised while the agent is built; settings only
+        # an output can check (W&B without credentials).
         if config.replicas > 1:
             _end_replica(e, code=2)
         print(f'error: {e}', file=sys.stderr)
@@ -86,6 +78,23 @@ def main(argv=None):
     if config.replicas > 1:
         from embodied.jax import distributed
         distributed.finish()
+
+
+def check_start(config):
+    """What every script checks before it starts anything: env 0, built
+    once (`make_env` refuses spaces the runner cannot take), its spaces
+    against the agent (`factories.check_agent`) and, in the scripts with a
+    replay, the replay's size. Raises UsageError or ReplayTooLarge; returns
+    `config` with `run.max_frame` filled in where it was 0."""
+    obs_space, act_space = env_spaces(config)
+    check_agent(config, obs_space, act_space)
+    if config.script in REPLAY_SCRIPTS:
+        spaces = replay_spaces(config, spaces=(obs_space, act_space))
+        replay_size.check_replay_fits(config, spaces)
+        if not config.run.max_frame:
+            config = config.update({
+                'run.max_frame': connections.frame_limit(config, spaces)})
+    return config
 
 
 def _end_if_resource_ran_out(config, error):

@@ -3,11 +3,15 @@
     policy = embodied.load_policy('~/logdir/run1')
     act = policy({'vector': ..., 'reward': ..., 'is_first': ...,
                   'is_last': ..., 'is_terminal': ...})  # one row per env
-    act['action']  # one row per env
+    act['action']  # one row per env, as the run's env would receive it
 
 `load_policy` reads the run's `config.yaml` and the newest agent save, and
 builds the agent as `--script eval_only` does (`factories.make_agent`), by
-default on the CPU whatever devices the run trained on. The `Policy` keeps
+default on the CPU whatever devices the run trained on. The actions it gives
+are those the run's env would have received: after the action wrappers the
+run puts between the agent and the env (`factories.wrap_env`: the clip to
+[-1, 1], the map to the env's bounds, its dtypes), which it applies without
+stepping (`embodied.wrappers.received`). The `Policy` keeps
 the agent's recurrent state (the carry) of each env between calls; the
 agent starts a fresh one for each row whose `is_first` is set, as in the
 run. Importing this module does not import JAX; `load_policy` does.
@@ -17,6 +21,7 @@ import elements
 import numpy as np
 
 from embodied import factories
+from embodied.core import wrappers
 from embodied.run import saving
 
 MODES = ('eval', 'explore', 'train')
@@ -59,11 +64,44 @@ def load_policy(
         raise FileNotFoundError(str(e).replace(
             'run.from_checkpoint:', 'load_policy:', 1)) from None
     config = acting_config(run_config(path, config), platform, batch_size)
-    agent = factories.make_agent(config, make_env=make_env)
+    env = (make_env or factories.make_env)(config, 0)
+    try:  # Built once: the agent's spaces and the env's action wrappers.
+        spaces, actions = _Spaces(env), EnvActions(env)
+    finally:
+        env.close()
+    agent = factories.make_agent(config, make_env=lambda *_: spaces)
     saving.load_agent(agent, folder)
     if seed is not None:
         restart_seeds(agent, seed)
-    return Policy(agent, mode, config)
+    return Policy(agent, mode, config, actions)
+
+
+class EnvActions:
+    """The agent's actions as an env receives them: `self(act)` passes a
+    batch of them (one row per env) through the action wrappers of `env`
+    (`embodied.wrappers.received`, which does not step it: a closed env
+    will do), and `space` is the act space of the env under them, without
+    `reset`."""
+
+    def __init__(self, env):
+        self.env = env
+        self.space = {
+            k: v for k, v in wrappers.action_path(env)[1].act_space.items()
+            if k != 'reset'}
+
+    def __call__(self, act):
+        return wrappers.received(self.env, act)
+
+
+class _Spaces:
+    """The spaces of a closed env, for `make_agent` to build for."""
+
+    def __init__(self, env):
+        self.obs_space = dict(env.obs_space)
+        self.act_space = dict(env.act_space)
+
+    def close(self):
+        pass
 
 
 def run_config(path, config=None):
@@ -121,20 +159,26 @@ class Policy:
 
     `policy(obs)` takes the observations of every env (a dict of arrays with
     one row per env: the agent's keys, `policy.obs_space`, plus `reward`,
-    `is_first`, `is_last`, `is_terminal`) and returns the actions (a dict
-    of numpy arrays, `policy.act_space`). It keeps each env's recurrent
+    `is_first`, `is_last`, `is_terminal`) and returns the actions as the
+    run's env would have received them (a dict of numpy arrays with one
+    row per env, in the env's own space `policy.act_space`: continuous
+    ones clipped and in its bounds; `policy.agent_act_space` is the agent's
+    own, before the run's action wrappers). It keeps each env's recurrent
     state (`policy.carry`) between calls; a row with `is_first` starts a
     fresh one. A call whose row count differs from the last one's starts
     a new batch, and then every row must be `is_first`. Not thread-safe:
-    one thread calls it.
+    one thread calls it. `actions` (`EnvActions`) maps the agent's
+    actions to the env's; None gives them as the agent does.
     """
 
-    def __init__(self, agent, mode, config):
+    def __init__(self, agent, mode, config, actions=None):
         self.agent = agent
         self.mode = mode
         self.config = config
         self.obs_space = dict(agent.obs_space)
-        self.act_space = dict(agent.act_space)
+        self.agent_act_space = dict(agent.act_space)
+        self._actions = actions
+        self.act_space = dict(actions.space if actions else agent.act_space)
         self.carry = None
         self._rows = 0
 
@@ -151,7 +195,13 @@ class Policy:
                 first)
         self.carry, act, _ = self.agent.policy(
             self.carry, obs, mode=self.mode)
-        return act
+        return self.env_action(act)
+
+    def env_action(self, act):
+        """The agent's actions `act` (one row per env) as the run's env
+        receives them: through the run's action wrappers (`EnvActions`;
+        without them, as they are)."""
+        return self._actions(act) if self._actions else act
 
     def reset(self):
         """Forgets every env's state: the next call starts a new batch."""

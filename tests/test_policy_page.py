@@ -3,12 +3,15 @@
 The page's commands run exactly as written, from a folder that holds the
 checkout's `examples/`: the `debug` DreamerV3 trains on gymnasium's
 CartPole (its spaces are those of `cartpole_balance`, so its programs come
-from the compilation cache the suite's other debug runs fill), then the
-example script loads the policy in a process of its own and plays an
-episode in each of two envs. `tests/support/policy_parity.py` then checks,
-in another process, that the policy's actions equal those of the run's
-own eval policy step by step, that each env's state starts afresh at
-`is_first`, and that a config of a run on GPUs loads on the CPU.
+from the compilation cache the suite's other debug runs fill) and on
+Pendulum (a continuous action in [-2, 2]), then each example script loads
+its policy in a process of its own and plays an episode in each of two
+envs. `tests/support/policy_parity.py` then checks, in another process,
+that what reaches each gymnasium env from the policy is what reached it
+from the run's own eval policy through the run's env wrappers, step by
+step (for Pendulum: in the Box's bounds, with actions the clip had to
+bring back), that each env's state starts afresh at `is_first`, and that
+a config of a run on GPUs loads on the CPU.
 
 The quick tests load the numpy test agent (`agent_impl testing`), saved
 the way a run saves it, without JAX."""
@@ -27,40 +30,68 @@ from tests.test_user_paths import page_commands
 
 PAGE = launch.ROOT / 'docs' / 'your-policy.md'
 PARITY = launch.SUPPORT / 'policy_parity.py'
+# What each example prints of an env's first episode.
+EPISODES = {
+    'cartpole': r'env (\d): return (\d+) in (\d+) steps',
+    'pendulum': (r'env (\d): return (-?[\d.]+) in (\d+) steps, torques from '
+                 r'(-?[\d.]+) to (-?[\d.]+)'),
+}
 
 
 def commands():
-    return page_commands(PAGE.read_text())
+    """{example: (train, play)}: the page's commands, two an example."""
+    found = page_commands(PAGE.read_text())
+    assert len(found) == 2 * len(EPISODES), found
+    pairs = dict(zip(EPISODES, zip(found[::2], found[1::2])))
+    for name, (train, play) in pairs.items():
+        assert f'{name}_policy.py' in play and name in train.lower(), pairs
+    return pairs
 
 
-def test_page_excerpt_is_the_example_file():
+def test_page_excerpts_are_the_example_files():
     excerpts = re.findall(
         r'```python\n# (\S+) \(.*?\)\n(.*?)```', PAGE.read_text(), re.S)
-    assert len(excerpts) == 1, excerpts
+    assert [path for path, _ in excerpts] == [
+        f'examples/policy/{name}_policy.py' for name in EPISODES], excerpts
     for path, code in excerpts:
         assert code in (launch.ROOT / path).read_text(), path
 
 
+def check_episodes(name, output):
+    episodes = re.findall(EPISODES[name], output)
+    assert [e[0] for e in episodes] == ['0', '1'], output[-3000:]
+    if name == 'cartpole':
+        assert all(int(ret) == int(length) > 0 for _, ret, length in episodes)
+    else:  # Pendulum's episodes end at 200 steps, torques within its Box.
+        assert 'The agent gives torques in [-2, 2]' in output, output[-3000:]
+        for _, ret, length, low, high in episodes:
+            assert int(length) == 200 and float(ret) < 0, episodes
+            assert -2 <= float(low) <= float(high) <= 2, episodes
+
+
 @pytest.mark.slow
-def test_page_trains_then_a_fresh_process_acts_as_the_runs_eval_policy(
-        tmp_path):
-    train, play = commands()
+@pytest.mark.parametrize('name', list(EPISODES))
+def test_page_trains_then_a_fresh_process_gives_what_the_runs_env_received(
+        tmp_path, name):
+    train, play = commands()[name]
     (tmp_path / 'examples').symlink_to(launch.ROOT / 'examples')
     code, output = run_as_written(train, tmp_path)
     assert code == 0 and 'Reached run.steps (200)' in output, output[-3000:]
     code, output = run_as_written(play, tmp_path)
     assert code == 0 and 'Traceback' not in output, output[-3000:]
-    episodes = re.findall(r'env (\d): return (\d+) in (\d+) steps', output)
-    assert [e[0] for e in episodes] == ['0', '1'], output[-3000:]
-    assert all(int(ret) == int(length) > 0 for _, ret, length in episodes)
+    check_episodes(name, output)
     logdir = tmp_path / re.search(r'--logdir (\S+)', train).group(1)
     result = subprocess.run(
         [sys.executable, str(PARITY), str(logdir), '2'], env=launch.env(),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         timeout=600)
     assert result.returncode == 0, result.stdout[-4000:]
-    assert re.search(r'parity: \d+ steps, env 0 reset at step \d+',
-                     result.stdout), result.stdout[-3000:]
+    found = re.search(
+        r'parity: \d+ steps, env 0 reset at step \d+, (\d+) actions '
+        r'clipped', result.stdout)
+    assert found, result.stdout[-3000:]
+    if name == 'pendulum':
+        assert int(found.group(1)) > 0, result.stdout[-3000:]
 
 
 def test_load_policy_is_reached_from_embodied_without_importing_jax():

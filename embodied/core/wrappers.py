@@ -2,6 +2,10 @@
 
 A wrapper that changes what observations or actions look like also overrides
 `obs_space` / `act_space`, so the spaces always describe what passes through.
+One that changes actions does it in `inner_action(action)`, which its
+`step` applies and `received(env, action)` applies without stepping (for one
+env's action or a batch of them): `embodied.load_policy` gives the actions
+the run's env receives that way.
 """
 
 import collections
@@ -99,10 +103,14 @@ class NormalizeAction(base.Wrapper):
         return {**self.env.act_space, self._key: space}
 
     def step(self, action):
+        return self.env.step(self.inner_action(action))
+
+    def inner_action(self, action):
+        """`action` with `key` mapped from [-1, 1] to the env's bounds."""
         value = np.asarray(action[self._key])
         orig = (value + 1) / 2 * (self._high - self._low) + self._low
         orig = np.where(self._mask, orig, value).astype(value.dtype)
-        return self.env.step({**action, self._key: orig})
+        return {**action, self._key: orig}
 
 
 class ClipAction(base.Wrapper):
@@ -116,9 +124,13 @@ class ClipAction(base.Wrapper):
         self._high = high
 
     def step(self, action):
+        return self.env.step(self.inner_action(action))
+
+    def inner_action(self, action):
+        """`action` with `key` clipped to [low, high]."""
         value = np.asarray(action[self._key])
         clipped = np.clip(value, self._low, self._high).astype(value.dtype)
-        return self.env.step({**action, self._key: clipped})
+        return {**action, self._key: clipped}
 
 
 class UnifyDtypes(base.Wrapper):
@@ -148,11 +160,14 @@ class UnifyDtypes(base.Wrapper):
     def act_space(self):
         return self._act_space
 
-    def step(self, action):
-        action = {
+    def inner_action(self, action):
+        """`action` in the env's own dtypes."""
+        return {
             k: _convert(v, self._act_inner[k]) if k in self._act_inner
             else v for k, v in action.items()}
-        obs = self.env.step(action)
+
+    def step(self, action):
+        obs = self.env.step(self.inner_action(action))
         return {
             k: _convert(v, self._obs_outer[k]) if k in self._obs_outer
             else v for k, v in obs.items()}
@@ -507,8 +522,12 @@ class DiscretizeAction(base.Wrapper):
         return {**self.env.act_space, self._key: space}
 
     def step(self, action):
+        return self.env.step(self.inner_action(action))
+
+    def inner_action(self, action):
+        """`action` with each bin index of `key` turned into its value."""
         choice = np.asarray(action[self._key])
-        if choice.shape != (len(self._values),) or (
+        if choice.shape[-1:] != (len(self._values),) or (
                 (choice < 0) | (choice >= self._bins)).any():
             raise ValueError(
                 f"DiscretizeAction: act '{self._key}' must hold "
@@ -516,8 +535,7 @@ class DiscretizeAction(base.Wrapper):
                 f"{_describe(choice)}.")
         rows = np.arange(len(self._values))
         continuous = self._values[rows, choice.astype(int)]
-        return self.env.step(
-            {**action, self._key: continuous.astype(self._dtype)})
+        return {**action, self._key: continuous.astype(self._dtype)}
 
 
 class ResizeImage(base.Wrapper):
@@ -692,6 +710,38 @@ class RestartOnException(base.Wrapper):
         if self._wait:
             time.sleep(self._wait)
         self.env = self._ctor()
+
+
+# The wrappers here whose step passes the action's values on unchanged.
+PASS_ACTIONS = (
+    TimeLimit, ActionRepeat, CheckSpaces, ResizeImage, BackwardReturn,
+    AddObs, RestartOnException)
+
+
+def action_path(env):
+    """`(layers, inner)`: the wrappers of this module under which `env`
+    changes actions (`inner_action`), outermost first, and the env under
+    them. The walk passes the wrappers that leave actions as they are and
+    stops at the first env that is none of these (the env itself, or a
+    wrapper of your own without an `inner_action`)."""
+    layers = []
+    while isinstance(env, base.Wrapper):
+        if getattr(type(env), 'inner_action', None) is not None:
+            layers.append(env)
+        elif not isinstance(env, PASS_ACTIONS):
+            break
+        env = env.env
+    return layers, env
+
+
+def received(env, action):
+    """The action that the env under `env`'s wrappers (`action_path`)
+    receives when `env.step(action)` is called, as each wrapper's
+    `inner_action` changes it on the way in, without stepping. `action` is
+    one env's action or a batch (a leading axis, one row per env)."""
+    for layer in action_path(env)[0]:
+        action = layer.inner_action(action)
+    return action
 
 
 def _act_space_of(env, key, wrapper):

@@ -506,3 +506,50 @@ def _stack(obs):
         return {k: np.array([o[k] for o in obs]) for k in obs[0]}
     except Exception:
         return None
+
+
+class TestReceived:
+    """`wrappers.received`: what the env under the action wrappers receives,
+    without stepping, for a batch of actions (what `load_policy` gives)."""
+
+    def chain(self, inner):
+        from embodied import config as configlib
+        from embodied import factories
+        config = configlib.build(['debug'])
+        return factories.wrap_env(
+            wrappers.TimeLimit(inner, 100), config)  # As the run wraps.
+
+    def test_a_batch_is_what_each_step_delivers(self):
+        space = Space(np.float64, (2,), [0, -10], [4, 10])
+        inner = TinyEnv(act=space)
+        env = self.chain(inner)
+        batch = np.float32([[-3, 0.5], [0.25, 1.5], [1, -1]])
+        got = wrappers.received(env, {'action': batch})
+        env.step({'action': np.float32([0, 0]), 'reset': True})
+        for row in batch:
+            env.step({'action': row, 'reset': False})
+        sent = np.stack([a['action'] for a in inner.actions[1:]])
+        np.testing.assert_array_equal(got['action'], sent)
+        assert got['action'].dtype == np.float64  # The env's own dtype.
+        np.testing.assert_allclose(sent, [[0, 5], [2.5, 10], [4, -10]])
+
+    def test_the_walk_stops_at_a_wrapper_of_your_own(self):
+        class Doubled(embodied.Wrapper):
+            def step(self, action):
+                return self.env.step(
+                    {**action, 'action': 2 * action['action']})
+
+        inner = Doubled(TinyEnv())
+        env = self.chain(inner)
+        layers, under = wrappers.action_path(env)
+        assert under is inner
+        assert [type(x).__name__ for x in layers] == [
+            'ClipAction', 'UnifyDtypes', 'NormalizeAction']
+        got = wrappers.received(env, {'action': np.float32([[3, -0.5]])})
+        np.testing.assert_allclose(got['action'], [[1, -0.5]])
+
+    def test_discretize_maps_a_batch_of_bins(self):
+        inner = TinyEnv(act=Space(np.float32, (2,), [-1, 0], [1, 10]))
+        env = wrappers.DiscretizeAction(inner, bins=3)
+        got = wrappers.received(env, {'action': np.int32([[0, 2], [1, 1]])})
+        np.testing.assert_allclose(got['action'], [[-1, 10], [0, 5]])

@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 import embodied.jax
 from embodied.jax import nets
 
-from . import returns, settings
+from . import returns, settings, spaces
 from .rssm import RSSM, Decoder, Encoder
 
 f32 = jnp.float32
@@ -48,7 +48,7 @@ class Agent(embodied.jax.Agent):
     ]
 
     def __init__(self, obs_space, act_space, config):
-        settings.check(config)
+        self.check_spaces(obs_space, act_space, config)
         self.obs_space = obs_space
         self.act_space = act_space
         self.config = config
@@ -87,6 +87,16 @@ class Agent(embodied.jax.Agent):
         if not config.repval_loss:
             scales.pop('repval')
         self.scales = scales
+
+    @staticmethod
+    def check_spaces(obs_space, act_space, config):
+        """Raises a ValueError of one line unless DreamerV3 can be built
+        with `config` (its agent config) for these spaces: the settings it
+        implements (`settings.check`, an `UnsupportedConfig`) and the
+        spaces its networks take (`spaces.check`). The run calls it at the
+        start, before any worker starts (`factories.check_agent`)."""
+        settings.check(config)
+        spaces.check(obs_space, act_space, config)
 
     @property
     def policy_keys(self):

@@ -14,14 +14,13 @@ import numpy as np
 import embodied.jax
 from embodied.jax import nets, outs
 
+from . import spaces
+
 f32 = jnp.float32
 sg = jax.lax.stop_gradient
 
 
-# Integer observations with more classes than this (counters, step numbers)
-# are read as numbers: a one-hot input or categorical output of that size
-# would not fit in memory.
-MAX_CLASSES = 1024
+MAX_CLASSES = spaces.MAX_CLASSES
 
 
 def vector_space(space):
@@ -213,15 +212,10 @@ class Encoder(nj.Module):
         shapes = {self.obs_space[k].shape[:2] for k in self.imgkeys}
         if len(shapes) > 1:
             raise ValueError(f'Image observations differ in size: {shapes}.')
-        height, width = size = next(iter(shapes))
-        for i in range(len(self.mults)):
-            if not (self.outer and i == 0):
-                height, width = height // 2, width // 2
-        if not (2 <= height <= 16 and 2 <= width <= 16):
-            raise ValueError(
-                f'The CNN turns {size[0]}x{size[1]} images into '
-                f'{height}x{width}; pick enc.simple.mults so it ends '
-                f'between 2 and 16 pixels.')
+        problem = spaces.encoder_problem(
+            next(iter(shapes)), self.mults, self.outer)
+        if problem:
+            raise ValueError(f'The encoder: {problem}')
 
     def __call__(self, obs):
         parts = []

@@ -1,5 +1,5 @@
 """Checks the `agent` config block: every value must be one we implement.
-All problems are collected and reported together."""
+All problems are collected and reported together, in one line."""
 
 import embodied.jax
 from embodied.jax import nets
@@ -72,4 +72,4 @@ def check(config):
         errors.append(f'agent.slowvalue.rate must be 1 or in (0, 0.5), is {rate}')
     if errors:
         raise UnsupportedConfig(
-            'Unsupported agent config:\n  ' + '\n  '.join(errors))
+            'Unsupported agent config: ' + '. '.join(errors) + '.')
