@@ -149,7 +149,7 @@ def test_configs_ship_inside_the_wheel(tmp_path):
 def test_oversized_replay_is_refused_before_allocating(tmp_path):
     result = launch.run(
         '--configs', 'debug', '--task', 'dummy_disc', '--replay.size', '1e12',
-        '--logdir', tmp_path / 'run', timeout=60)
+        '--logdir', tmp_path / 'run', timeout=300)
     assert result.returncode == 2, result.stdout[-2000:]
     assert 'replay.size' in result.stdout
     assert 'available' in result.stdout
