@@ -16,7 +16,7 @@ sides of a seed side by side). Each run writes `<outdir>/<side>-<seed>/` (logdir
 runs.
 
 `analyze` reads each run's `scores.jsonl` (`embodied.plot.runs`), bins the
-episode scores by env step (`--bin` steps a bin), prints each seed's score
+episode scores by env step (`--bin` steps a bin, up to `--steps`), prints each seed's score
 per bin for both sides as a markdown table, and checks the claim: learning
 starts at the first bin where either side's seed mean is above its first
 bin's mean by `--margin`; from there on our seeds' min-max must overlap the
@@ -46,12 +46,12 @@ SIDES = ('original', 'ours')
 # (run.debug): on a shared 2-core machine the parallel runner's hops between
 # processes for every env step wait on the scheduler. Action repeat 4 (env
 # steps are frames, as both loggers write them; run.steps counts agent steps,
-# as both runners do: 5000 are 20k frames), 2 envs, batch 8 x 16 and train
-# ratio 64: one update per 2 agent steps (8 frames), 2.5k in all; a higher
+# as both runners do: 2500 are 10k frames), 2 envs, batch 8 x 16 and train
+# ratio 64: one update per 2 agent steps (8 frames), 1.25k in all; a higher
 # learning rate with a short warmup.
 FLAGS = (
     '--configs dmc_proprio --task dmc_cartpole_balance --script train '
-    '--run.debug True --env.dmc.repeat 4 --run.steps 5000 '
+    '--run.debug True --env.dmc.repeat 4 --run.steps 2500 '
     '--run.train_ratio 64 --run.envs 2 --batch_size 8 --batch_length 16 '
     '--report_length 8 --agent.opt.lr 1e-4 --agent.opt.warmup 100 '
     '--jax.platform cpu --jax.compute_dtype float32 --jax.prealloc False '
@@ -131,7 +131,7 @@ def run(args):
 
 
 def load_side(outdir, side, key='episode/score'):
-    """The runs of one side, by seed."""
+    """The runs of one side, by seed (`embodied.plot.runs.load`)."""
     from embodied.plot import runs as runslib
     found = {}
     for folder in sorted(pathlib.Path(outdir).glob(f'{side}-*')):
@@ -142,12 +142,21 @@ def load_side(outdir, side, key='episode/score'):
 
 
 def bin_scores(runs, width, limit):
-    """Each run's mean episode score in env-step bins of `width` up to
-    `limit` (an episode falls in the bin its last step is in). Returns the
-    bin ends and an array (runs, bins), NaN where a run ended no episode."""
-    from embodied.plot import runs as runslib
+    """Each run's mean episode score per bin of `width` env steps up to
+    `limit`: an episode counts at the multiple of `width` nearest to the env
+    step it ended at (the loggers count a reset record per episode, so
+    2 envs' 1000-frame episodes end at 2004 and 2008, not at 2000). Returns
+    the bin ends (width, 2 width, ...) and an array (runs, bins), NaN where
+    a run ended no episode."""
     bins = int(round(limit / width))
-    return runslib.binned(runs, 'steps', bins, bins * width)
+    table = np.full((len(runs), bins), np.nan)
+    for i, run in enumerate(runs):
+        index = np.round(run.steps / width).astype(int) - 1
+        keep = (index >= 0) & (index < bins) & np.isfinite(run.values)
+        sums = np.bincount(index[keep], run.values[keep], bins)
+        counts = np.bincount(index[keep], None, bins)
+        np.divide(sums, counts, out=table[i], where=counts > 0)
+    return width * np.arange(1, bins + 1), table
 
 
 def learning_start(means, margin):
@@ -182,7 +191,9 @@ def analyze(args):
     tables = {}
     for side, runs in sides.items():
         ends, tables[side] = bin_scores(list(runs.values()), args.bin, limit)
-    means = [np.nanmean(tables[side], 0) for side in SIDES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # All-NaN bins.
+        means = [np.nanmean(tables[side], 0) for side in SIDES]
     start = learning_start(means, args.margin)
     inside = overlaps(tables['ours'], tables['original'])
     header = ['env steps']

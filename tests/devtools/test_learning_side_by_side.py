@@ -30,6 +30,21 @@ def test_overlap_compares_seed_min_max_per_bin():
                          np.array([[1.0, 2.0]])).tolist() == [True, False]
 
 
+def test_episodes_count_at_the_nearest_bin_end_up_to_the_budget():
+    from embodied.plot import runs as runslib
+    # Two envs' 1000-frame episodes end at 2004 and 2008 (a reset record
+    # each); the third pair is past a budget of 4000 steps.
+    steps = np.array([2004, 2008, 4012, 4016, 6020, 6024], float)
+    run = runslib.Run(None, 'x', steps, steps * np.nan,
+                      np.array([300, 310, 500, 520, 900, 910], float))
+    empty = runslib.Run(None, 'y', steps[:2], steps[:2] * np.nan,
+                        np.array([100, np.nan]))
+    ends, table = side.bin_scores([run, empty], 2000, 4000)
+    assert ends.tolist() == [2000, 4000]
+    assert table[0].tolist() == [305, 510]
+    assert table[1, 0] == 100 and np.isnan(table[1, 1])
+
+
 def write_run(folder, scores):
     folder.mkdir(parents=True)
     with open(folder / 'scores.jsonl', 'w') as f:
@@ -57,8 +72,8 @@ def test_analyze_prints_each_seed_per_bin_and_the_verdict(tmp_path, capsys):
 
 
 def test_analyze_says_plainly_where_the_ranges_part(tmp_path, capsys):
-    write_run(tmp_path / 'original-0', [(500, 300), (1500, 800)])
-    write_run(tmp_path / 'ours-0', [(500, 300), (1500, 350)])
+    write_run(tmp_path / 'original-0', [(1004, 300), (2008, 800)])
+    write_run(tmp_path / 'ours-0', [(1004, 300), (2008, 350)])
     code = side.main(['analyze', '--outdir', str(tmp_path), '--bin', '1000',
                       '--steps', '2000', '--margin', '100'])
     out = capsys.readouterr().out
