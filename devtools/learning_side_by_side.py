@@ -17,7 +17,8 @@ runs.
 
 `analyze` reads each run's `scores.jsonl` (`embodied.plot.runs`), bins the
 episode scores by env step (`--bin` steps a bin, up to `--steps`), prints each seed's score
-per bin for both sides as a markdown table, and checks the claim: learning
+per bin for both sides as a markdown table (`--key` and `--file` read
+another metric, e.g. a loss from `metrics.jsonl`), and checks the claim: learning
 starts at the first bin where either side's seed mean is above its first
 bin's mean by `--margin`; from there on our seeds' min-max must overlap the
 original's at every bin. It draws both sides' seed mean and min-max on one
@@ -46,12 +47,13 @@ SIDES = ('original', 'ours')
 # (run.debug): on a shared 2-core machine the parallel runner's hops between
 # processes for every env step wait on the scheduler. Action repeat 4 (env
 # steps are frames, as both loggers write them; run.steps counts agent steps,
-# as both runners do: 2500 are 10k frames), 2 envs, batch 8 x 16 and train
-# ratio 64: one update per 2 agent steps (8 frames), 1.25k in all; a higher
-# learning rate with a short warmup.
+# as both runners do: 2100 are 8.4k frames, 4 episodes of each env), 2 envs,
+# batch 8 x 16 and train ratio 64: one update per 2 agent steps (8 frames),
+# about 1k in all; a higher learning rate with a short warmup. That is what
+# the shared machine runs for 3 seeds of each side within an hour.
 FLAGS = (
     '--configs dmc_proprio --task dmc_cartpole_balance --script train '
-    '--run.debug True --env.dmc.repeat 4 --run.steps 2500 '
+    '--run.debug True --env.dmc.repeat 4 --run.steps 2100 '
     '--run.train_ratio 64 --run.envs 2 --batch_size 8 --batch_length 16 '
     '--report_length 8 --agent.opt.lr 1e-4 --agent.opt.warmup 100 '
     '--jax.platform cpu --jax.compute_dtype float32 --jax.prealloc False '
@@ -130,14 +132,14 @@ def run(args):
     return 0
 
 
-def load_side(outdir, side, key='episode/score'):
+def load_side(outdir, side, key='episode/score', filename='scores.jsonl'):
     """The runs of one side, by seed (`embodied.plot.runs.load`)."""
     from embodied.plot import runs as runslib
     found = {}
     for folder in sorted(pathlib.Path(outdir).glob(f'{side}-*')):
         seed = folder.name.split('-', 1)[1]
-        if (folder / runslib.SCORES).exists():
-            found[seed] = runslib.load(folder, key, label=side)
+        if (folder / filename).exists():
+            found[seed] = runslib.load(folder, key, side, filename)
     return found
 
 
@@ -161,11 +163,14 @@ def bin_scores(runs, width, limit):
 
 def learning_start(means, margin):
     """The first bin index where any side's seed mean is above that side's
-    first bin by more than `margin`, or None. `means` is a list of arrays
+    first bin by more than `margin` (below it by more than -`margin` when
+    `margin` is negative, for a loss), or None. `means` is a list of arrays
     (one per side, a value per bin)."""
     hits = []
     for mean in means:
-        above = np.flatnonzero(np.asarray(mean) > mean[0] + margin)
+        mean = np.asarray(mean)
+        rise = mean - mean[0] if margin >= 0 else mean[0] - mean
+        above = np.flatnonzero(rise > abs(margin))
         if len(above):
             hits.append(int(above[0]))
     return min(hits) if hits else None
@@ -182,7 +187,8 @@ def overlaps(ours, theirs):
 
 
 def analyze(args):
-    sides = {side: load_side(args.outdir, side) for side in SIDES}
+    sides = {side: load_side(args.outdir, side, args.key, args.file)
+             for side in SIDES}
     for side, runs in sides.items():
         if not runs:
             sys.exit(f'error: no {side} runs with scores in {args.outdir}')
@@ -203,7 +209,7 @@ def analyze(args):
     header += ['min-max overlap']
     lines = ['| ' + ' | '.join(header) + ' |',
              '|' + '---|' * len(header)]
-    fmt = lambda x: '-' if not np.isfinite(x) else f'{x:.0f}'
+    fmt = lambda x: '-' if not np.isfinite(x) else f'{x:.{args.digits}f}'
     for i, end in enumerate(ends):
         row = [f'{end:,.0f}']
         for side, mean in zip(SIDES, means):
@@ -215,27 +221,29 @@ def analyze(args):
     print('\n'.join(lines))
     print()
     if start is None:
-        print(f'Learning did not start: no side\'s seed mean rose more than '
-              f'{args.margin:g} above its first bin.')
+        print(f'Learning did not start: no side\'s seed mean of {args.key} '
+              f'moved more than {abs(args.margin):g} '
+              f'{"above" if args.margin >= 0 else "below"} its first bin.')
         verdict = False
     else:
         bad = [f'{ends[i]:,.0f}' for i in range(start, len(ends))
                if not inside[i]]
         verdict = not bad
         print(f'Learning starts at the bin ending at env step '
-              f'{ends[start]:,.0f} (a seed mean more than {args.margin:g} '
-              f'above its first bin).')
+              f'{ends[start]:,.0f} (a seed mean of {args.key} more than '
+              f'{abs(args.margin):g} {"above" if args.margin >= 0 else "below"}'
+              f' its first bin).')
         print('From there on our seeds\' min-max overlaps the original\'s '
               'at every bin.' if verdict else
               f'Our min-max does NOT overlap the original\'s at env steps '
               f'{", ".join(bad)}.')
     if args.plot:
-        draw(ends, tables, args.plot, start, args.title)
+        draw(ends, tables, args.plot, start, args.title, args.key)
         print(f'Wrote {args.plot}')
     return 0 if verdict else 1
 
 
-def draw(ends, tables, path, start, title):
+def draw(ends, tables, path, start, title, key):
     from embodied.plot import figure, runs as runslib
     plt = figure.pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -251,7 +259,7 @@ def draw(ends, tables, path, start, title):
     if start is not None:
         ax.axvline(ends[start], color='#999999', lw=1, ls='--')
     ax.set_xlabel('env steps')
-    ax.set_ylabel('episode score')
+    ax.set_ylabel(key)
     ax.set_xlim(left=0)
     ax.grid(color='#eeeeee')
     ax.legend(loc='best', fontsize=8, frameon=False)
@@ -283,9 +291,14 @@ def main(argv=None):
                    help='the last bin\'s end (default: the runs\' last step)')
     p.add_argument('--margin', type=float, default=100,
                    help='the rise above the first bin that counts as '
-                        'learning')
+                        'learning (negative: the fall of a loss below it)')
+    p.add_argument('--key', default='episode/score')
+    p.add_argument('--file', default='scores.jsonl',
+                   help='the runs\' file with --key (metrics.jsonl for a loss)')
     p.add_argument('--plot', default='')
     p.add_argument('--title', default='')
+    p.add_argument('--digits', type=int, default=0,
+                   help='decimals in the table')
     args = parser.parse_args(argv)
     return run(args) if args.mode == 'run' else analyze(args)
 

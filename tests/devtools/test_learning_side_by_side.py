@@ -17,6 +17,10 @@ def test_learning_starts_at_the_first_bin_either_side_rises_by_the_margin():
     # A rise of exactly the margin does not count; none at all gives None.
     assert side.learning_start([np.array([300, 400])], margin=100) is None
     assert side.learning_start([np.array([300, 290])], margin=1) is None
+    # A negative margin looks for a fall, as a loss's.
+    loss = np.array([4.0, 3.8, 2.5, 2.0])
+    assert side.learning_start([loss], margin=-1) == 2
+    assert side.learning_start([loss], margin=1) is None
 
 
 def test_overlap_compares_seed_min_max_per_bin():
