@@ -1,9 +1,9 @@
 """Our runner against the original's, learning side by side on CPU.
 
-    python -m devtools.learning_side_by_side run --outdir /work/learn-runs/side \\
-        --python_original /work/venv-orig/bin/python --seeds 0 1 2
-    python -m devtools.learning_side_by_side analyze --outdir /work/learn-runs/side \\
-        --plot docs/learning_side_by_side.png
+    python -m devtools.learning_side_by_side run --outdir DIR \\
+        --python_original ORIGINAL_VENV/bin/python --seeds 0 1 2 --jobs 3
+    python -m devtools.learning_side_by_side analyze --outdir DIR \\
+        --bin 2000 --steps 8000 --plot docs/learning_side_by_side.png
 
 `run` launches, for each seed, the original's `dreamerv3/main.py` (its own
 `embodied`, from the checkout in `$EMBODIED_ORIGINAL_DREAMERV3`, run with
@@ -11,18 +11,22 @@
 (`python -m embodied.main` from this tree) with the same command line
 (`FLAGS`, the seed and the logdir; `--flags` replaces `FLAGS`), `--jobs`
 runs at a time in the order original-0, ours-0, original-1, ... (the two
-sides of a seed side by side). Each run writes `<outdir>/<side>-<seed>/` (logdir, plus
-`stdout.txt`) and a `finished` file when it exits 0; a rerun skips finished
-runs.
+sides of a seed side by side). Each run writes `<outdir>/<side>-<seed>/`
+(its logdir, `command.txt`, `stdout.txt`) and a `finished` file when it
+exits 0; a rerun skips finished runs.
 
 `analyze` reads each run's `scores.jsonl` (`embodied.plot.runs`), bins the
-episode scores by env step (`--bin` steps a bin, up to `--steps`), prints each seed's score
-per bin for both sides as a markdown table (`--key` and `--file` read
-another metric, e.g. a loss from `metrics.jsonl`), and checks the claim: learning
-starts at the first bin where either side's seed mean is above its first
-bin's mean by `--margin`; from there on our seeds' min-max must overlap the
-original's at every bin. It draws both sides' seed mean and min-max on one
-plot (`--plot`).
+episode scores by env step (`--bin` steps a bin, up to `--steps`) and
+prints each seed's score per bin for both sides as a markdown table
+(`--key` and `--file` read another metric, e.g. a loss from
+`metrics.jsonl`). It checks the claim: learning starts at the first bin
+where either side's seed mean is above its first bin's by `--margin`; from
+there on our seeds' min-max must overlap the original's at every bin (in
+parentheses: the bins before). The last column is a permutation test's
+p-value for equal means of the bin's values of all seeds pooled, each side.
+It exits 1 when learning did not start or the ranges part, and draws both
+sides' seed mean and min-max on one plot (`--plot`). docs/benchmarks.md
+has the results.
 """
 
 import argparse
@@ -161,6 +165,34 @@ def bin_scores(runs, width, limit):
     return width * np.arange(1, bins + 1), table
 
 
+def pooled(runs, width, limit):
+    """Per bin (as `bin_scores` bins them), the values of all runs
+    together: a list of arrays."""
+    bins = int(round(limit / width))
+    values = [[] for _ in range(bins)]
+    for run in runs:
+        index = np.round(run.steps / width).astype(int) - 1
+        for i, value in zip(index, run.values):
+            if 0 <= i < bins and np.isfinite(value):
+                values[i].append(value)
+    return [np.asarray(v, float) for v in values]
+
+
+def permutation_p(a, b, samples=20000, seed=0):
+    """Two-sided permutation test of equal means: the fraction of random
+    splits of `a` and `b` pooled whose difference of means is at least the
+    observed one. NaN when a side is empty."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if not len(a) or not len(b):
+        return np.nan
+    observed = abs(a.mean() - b.mean())
+    pool = np.concatenate([a, b])
+    rng = np.random.default_rng(seed)
+    perms = rng.permuted(np.tile(pool, (samples, 1)), axis=1)
+    diffs = np.abs(perms[:, :len(a)].mean(1) - perms[:, len(a):].mean(1))
+    return float(np.mean(diffs >= observed - 1e-9 * max(1, observed)))
+
+
 def learning_start(means, margin):
     """The first bin index where any side's seed mean is above that side's
     first bin by more than `margin` (below it by more than -`margin` when
@@ -202,11 +234,15 @@ def analyze(args):
         means = [np.nanmean(tables[side], 0) for side in SIDES]
     start = learning_start(means, args.margin)
     inside = overlaps(tables['ours'], tables['original'])
+    pools = {side: pooled(list(runs.values()), args.bin, limit)
+             for side, runs in sides.items()}
+    pvalues = [permutation_p(a, b) for a, b in zip(
+        pools['original'], pools['ours'])]
     header = ['env steps']
     for side in SIDES:
         header += [f'{side} seed {seed}' for seed in sides[side]]
         header += [f'{side} mean']
-    header += ['min-max overlap']
+    header += ['min-max overlap', 'p (equal means)']
     lines = ['| ' + ' | '.join(header) + ' |',
              '|' + '---|' * len(header)]
     fmt = lambda x: '-' if not np.isfinite(x) else f'{x:.{args.digits}f}'
@@ -217,6 +253,7 @@ def analyze(args):
         checked = start is not None and i >= start
         row += [('yes' if inside[i] else '**no**') if checked else
                 ('(yes)' if inside[i] else '(no)')]
+        row += ['-' if not np.isfinite(pvalues[i]) else f'{pvalues[i]:.2f}']
         lines.append('| ' + ' | '.join(row) + ' |')
     print('\n'.join(lines))
     print()
