@@ -40,7 +40,7 @@ import warnings
 
 import numpy as np
 
-from devtools import original
+from embodied.perf import checkout as original
 
 SIDES = ('original', 'ours')
 
@@ -95,9 +95,9 @@ def environment(side):
 
 
 def run(args):
-    checkout = original.source()
+    checkout = original.original_checkout()
     if not checkout or not original.is_worktree(checkout):
-        sys.exit(f'error: set ${original.ENV} to a work tree of the '
+        sys.exit(f'error: set ${original.ORIGINAL_ENV} to a work tree of the '
                  f'original dreamerv3 (it runs its own embodied).')
     outdir = pathlib.Path(args.outdir)
     outdir.mkdir(parents=True, exist_ok=True)
