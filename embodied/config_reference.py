@@ -6,9 +6,13 @@ blocks with the comment above them.
     python -m embodied.main --configs atari gpu --help  # values after those blocks
     python -m embodied.config_reference --write       # refresh docs/configs.md
     python -m embodied.config_reference --check       # exit 1 if it is stale
+                                                      # or a key has no comment
 
 The text and the Markdown come from the same rows, so `--help` and
-`docs/configs.md` cannot say different things.
+`docs/configs.md` cannot say different things. Every key of `defaults` needs
+a comment of its own (`unexplained` names those without): a flow mapping
+(`{a: 1, b: 2}`) carries one comment for all its keys, so the blocks of
+`defaults` are written in block style, one key and its comment per line.
 """
 
 import argparse
@@ -48,6 +52,14 @@ def sections(config, directory=None):
         groups.setdefault(section, []).append((key, value, comment))
     return [(name, comments.get(name, '') if name != TOP else '', rows)
             for name, rows in groups.items()]
+
+
+def unexplained(directory=None):
+    """The keys of `defaults` that have no comment of their own (nor one of
+    a mapping above them), in the order of the reference."""
+    config = configlib.build([], configlib.load_blocks(directory))
+    return [key for _, _, rows in sections(config, directory)
+            for key, _, comment in rows if not comment]
 
 
 def blocks(directory=None):
@@ -104,9 +116,9 @@ def markdown(directory=None):
     for section, note, rows in sections(config, directory):
         out += [f'### {section}', '']
         if note:
-            out += [_cell(note), '']
+            out += [_prose(note), '']
         out += ['| key | default | meaning |', '|---|---|---|']
-        out += [f'| `{key}` | `{_cell(_format(value))}` | {_cell(comment)} |'
+        out += [f'| `{key}` | `{_cell(_format(value))}` | {_prose(comment)} |'
                 for key, value, comment in rows]
         out.append('')
     from embodied.outputs import registry as outputs
@@ -126,7 +138,7 @@ def markdown(directory=None):
     for name, note, keys in blocks(directory):
         sets = ', '.join(f'`{key}={_cell(_format(value))}`'
                          for key, value in keys.items())
-        out.append(f'| `{name}` | {sets} | {_cell(note)} |')
+        out.append(f'| `{name}` | {sets} | {_prose(note)} |')
     out += ['', END]
     return '\n'.join(out)
 
@@ -215,6 +227,12 @@ def _cell(text):
     return str(text).replace('|', '\\|')
 
 
+def _prose(text):
+    """A comment as a table cell: `<key>` placeholders shown, not read as
+    HTML tags."""
+    return _cell(text).replace('<', '&lt;').replace('>', '&gt;')
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description='Write or check the key reference in docs/configs.md.')
@@ -235,6 +253,11 @@ def main(argv=None):
                   file=sys.stderr)
             return 1
         print(f'{page} matches configs/*.yaml.')
+    missing = unexplained()
+    if missing:
+        print(f'Keys without a comment in configs/*.yaml: '
+              f'{", ".join(missing)}', file=sys.stderr)
+        return 1
     return 0
 
 

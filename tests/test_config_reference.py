@@ -62,6 +62,41 @@ def test_reference_takes_comments_from_every_file(tmp_path):
     assert (name, note, keys) == ('fast', 'Makes it fast.', {'alpha': 2})
 
 
+def test_every_key_has_a_meaning():
+    """`--help` and docs/configs.md say what every key does: each key of
+    `defaults` has a comment in configs/*.yaml (a flow mapping would give
+    its later keys none)."""
+    assert config_reference.unexplained() == []
+    config = configlib.build([])
+    rows = {key: comment
+            for _, _, group in config_reference.sections(config)
+            for key, _, comment in group}
+    assert set(rows) == set(config.flat)
+    for key in ('agent.loss_scales.rep', 'agent.dyn.rssm.free_nats',
+                'agent.retnorm.perchi', 'agent.slowvalue.rate',
+                'agent.opt.agc', 'agent.enc.simple.depth',
+                'replay.prio.maxfrac', 'env.atari.sticky'):
+        assert len(rows[key].split()) >= 3, (key, rows[key])
+
+
+def test_keys_without_a_meaning_are_named(tmp_path):
+    (tmp_path / 'a.yaml').write_text(
+        'defaults:\n  alpha: 1  # the first key\n  group:\n'
+        '    gamma: {u: 1, v: 2}  # a mapping\n'
+        '    delta:\n      w: 1  # a key of its own\n      x: 2\n'
+        '  beta: 2\n')
+    assert config_reference.unexplained(tmp_path) == [
+        'beta', 'group.gamma.v', 'group.delta.x']
+
+
+def test_placeholders_in_comments_are_not_html_on_the_page(tmp_path):
+    (tmp_path / 'a.yaml').write_text(
+        'defaults:\n  alpha: 1  # logged as train/loss/<key>, a | b\n')
+    text = config_reference.markdown(tmp_path)
+    assert '| `alpha` | `1` | logged as train/loss/&lt;key&gt;, a \\| b |' in (
+        text)
+
+
 def test_docs_page_is_regenerated_in_place():
     text = (f'before\n{config_reference.START}\nold\n'
             f'{config_reference.END}\nafter\n')

@@ -22,6 +22,7 @@ import pytest
 
 import helpers
 import launch
+import metrics_reference
 from tests.run.parallel import test_parallel
 
 os.environ.setdefault('MUJOCO_GL', 'egl')
@@ -84,6 +85,12 @@ def test_train_eval(tmp_path):
         '--run.report_every', '1', '--logdir', logdir)
     rows = launch.metrics(logdir)
     assert any('eval_episode/score' in row for row in rows)
+    # DreamerV3's train, report and eval metrics and the loop's: every key
+    # is on docs/metrics.md.
+    keys = metrics_reference.logged(logdir)
+    assert {'train/loss/policy', 'report/loss/dyn', 'eval/loss/rew',
+            'replay_eval/items', 'usage/psutil/proc_ram_gb'} <= keys, keys
+    metrics_reference.check(keys)
 
 
 REMOTE = {
@@ -152,6 +159,7 @@ def test_suite_trains(tmp_path, block):
         output[-3000:])
     keys = {key for row in rows for key in row}
     assert not [k for k in keys if k.startswith('train/loss/log')], keys
+    metrics_reference.check(keys)
     if block == 'dmc_proprio':
         assert 'train/loss/image' not in keys
     if block == OPENLOOP_BLOCK:

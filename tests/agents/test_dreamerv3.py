@@ -16,6 +16,7 @@ import pytest
 
 import helpers
 import launch
+import metrics_reference
 from embodied import main as mainlib
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings('ignore::DeprecationWarning')]
@@ -168,6 +169,10 @@ def test_train_outputs_replay_context_and_metrics(agent, config):
     assert {'dyn_ent', 'rep_ent'} <= set(report)
     for key, value in report.items():
         assert np.isfinite(value).all(), key
+    # What the runners log of them (prefixed train/, report/) is on
+    # docs/metrics.md.
+    metrics_reference.check(
+        {f'train/{k}' for k in metrics} | {f'report/{k}' for k in report})
 
 
 def test_world_model_loss_halves_on_fixed_batch(agent, config):

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 import launch
+import metrics_reference
 
 MODULE = 'embodied.run.parallel'
 COMMON = (
@@ -151,6 +152,9 @@ def test_runs_to_steps_with_ratio_saves_and_eval_split(tmp_path):
     assert 0.75 * 32 <= ratio <= 1.25 * 32, ratio
     assert launch.latest_value(logdir, 'train/train_batches') > 0
     assert launch.latest_value(logdir, 'report/reports') > 0
+    # The runner's keys (limiter, servers, clients, usage, episodes) are on
+    # docs/metrics.md.
+    metrics_reference.check(metrics_reference.logged(logdir))
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import launch
+import metrics_reference
 from embodied.jax import compiling
 from embodied.jax import param_sync
 from tests.jax.test_jax_agent import ACT, OBS, ToyAgent
@@ -184,6 +185,8 @@ def test_a_debug_run_with_the_policy_worker_saves_and_resumes(tmp_path):
     assert not (logdir / 'ckpt' / 'policy').exists()  # Nothing of its own.
     # The policy acted with the learner's parameters: the lag flowed back.
     assert launch.latest_value(logdir, 'policy_lag/max') is not None
+    # DreamerV3's keys under the parallel runner are on docs/metrics.md.
+    metrics_reference.check(metrics_reference.logged(logdir))
 
     output = run(saved + 150, 'second')
     assert f'Learner resumed the agent from the save at step {saved}' in (
