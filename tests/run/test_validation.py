@@ -40,6 +40,17 @@ def test_bad_value_is_a_usage_error_naming_key_and_value(flags, key):
     assert 'expected' in message, message
 
 
+@pytest.mark.parametrize('script', ['parallel', 'train'])
+def test_negative_train_ratio_is_the_originals_no_limit(script):
+    config = main.parse(['--configs', 'debug', '--task', 'dummy_disc',
+                         '--script', script, '--run.train_ratio', '-1'])
+    assert config.run.train_ratio == -1
+    for value in ('0', 'inf', 'nan'):
+        with pytest.raises(main.UsageError, match='or < 0 for no limit'):
+            main.parse(['--configs', 'debug', '--task', 'dummy_disc',
+                        '--script', script, '--run.train_ratio', value])
+
+
 def test_every_shipped_block_is_valid():
     blocks = configlib.load_blocks()
     for name in blocks:
