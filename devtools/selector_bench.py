@@ -39,6 +39,8 @@ PRIORITIZE_BATCH = (16, 64)
 def load_selectors(tree, name):
     """`embodied/core/selectors.py` of `tree`, imported as `name.selectors`
     with its relative imports resolved inside that tree's `core`."""
+    for loaded in [m for m in sys.modules if m.split('.')[0] == name]:
+        del sys.modules[loaded]  # A tree loaded before under this name.
     package = types.ModuleType(name)
     package.__path__ = [str(pathlib.Path(tree) / 'embodied' / 'core')]
     sys.modules[name] = package

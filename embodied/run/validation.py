@@ -259,6 +259,11 @@ def _integer(x):
 def _address_problem(addr):
     """Why `addr` is no server address, or None."""
     text = str(addr)
+    if '://' in text:
+        # As the original's portal clients (which assert it); its older
+        # configs had zerofun's 'tcp://host:port'.
+        return ("'host:port', 'host:{auto}' or a port, without a scheme "
+                "such as tcp://")
     try:
         host, port = addresses.split(text.replace('{auto}', '0'))
     except ValueError as e:

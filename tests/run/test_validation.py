@@ -16,6 +16,7 @@ BAD = [
     (('--batch_length', '0'), 'batch_length'),
     (('--replay.size', '10'), 'replay.size'),
     (('--run.actor_addr', 'notanaddr'), 'run.actor_addr'),
+    (('--run.replay_addr', 'tcp://localhost:{auto}'), 'run.replay_addr'),
     (('--run.steps', '-5'), 'run.steps'),
     (('--run.save_every', '0'), 'run.save_every'),
     (('--run.log_every', '0'), 'run.log_every'),
