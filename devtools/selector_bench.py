@@ -2,24 +2,25 @@
 git revision, in one process, rounds interleaved.
 
     python -m devtools.selector_bench [--old 20df691] [--items 10000]
-        [--length 64] [--draws 20000] [--rounds 5]
+        [--length 64] [--draws 10000] [--rounds 9]
 
 Each revision's `embodied/core` modules are loaded under a name of their
 own (only `selectors` and what it imports, not the package), so both run
-side by side in one process. A selector holds `--items` items of
-`--length` steps that overlap as a replay's do (item i holds steps i ..
-i + length - 1), each with its own random priority. Rows, in microseconds
+side by side in one process, in alternating order. A selector holds
+`--items` items of `--length` steps that overlap as a replay's do (item i
+holds steps i .. i + length - 1), each with its own random priority.
+Rows, in microseconds
 of this process's CPU time per call (`time.process_time`: on a shared
-machine wall time counts the other jobs too), the median over the rounds
-(the `sample` row also the fastest and slowest round):
+machine wall time counts the other jobs too), in the fastest round (the
+one least disturbed by other jobs) and the median round:
 
 * `sample`: one draw (`selector()`);
 * `prioritize`: one update of a batch of 16 x 64 steps' priorities (the
   learner's `replay` output at batch 16, length 64);
 * `insert + remove`: a new item added and the oldest evicted.
 
-`new/old` is the working tree's time over the old revision's: below 1 is
-faster.
+`new/old` is the working tree's time over the old revision's, of the
+fastest and of the median rounds: below 1 is faster.
 """
 
 import argparse
@@ -107,17 +108,15 @@ def measure(selectors, args):
 def table(labels, results):
     old, new = labels
     lines = [
-        f'| op (CPU us per call) | {old} | {new} | new/old |',
-        '|---|---|---|---|']
+        f'| op (CPU us per call) | {old} | {new} | new/old, fastest '
+        f'| new/old, median |',
+        '|---|---|---|---|---|']
     for op in results[old]:
         a, b = (np.array(results[x][op]) * 1e6 for x in labels)
-        cells = [f'{np.median(a):.1f}', f'{np.median(b):.1f}']
-        if op == 'sample':
-            cells = [
-                f'{np.median(x):.1f} ({x.min():.1f}-{x.max():.1f})'
-                for x in (a, b)]
+        cells = [
+            f'{x.min():.1f} (median {np.median(x):.1f})' for x in (a, b)]
         lines.append(
-            f'| {op} | {cells[0]} | {cells[1]} | '
+            f'| {op} | {cells[0]} | {cells[1]} | {b.min() / a.min():.3f} | '
             f'{np.median(b) / np.median(a):.3f} |')
     return '\n'.join(lines)
 
@@ -128,8 +127,8 @@ def main(argv=None):
                         help='the git revision to compare with')
     parser.add_argument('--items', type=int, default=10000)
     parser.add_argument('--length', type=int, default=64)
-    parser.add_argument('--draws', type=int, default=20000)
-    parser.add_argument('--rounds', type=int, default=5)
+    parser.add_argument('--draws', type=int, default=10000)
+    parser.add_argument('--rounds', type=int, default=9)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from devtools import revisions
@@ -140,8 +139,9 @@ def main(argv=None):
             label: load_selectors(tree, f'_selector_bench_{i}')
             for i, (label, tree) in enumerate(zip(labels, trees.values()))}
         results = {label: {} for label in labels}
-        for _ in range(args.rounds):
-            for label in labels:
+        for round_ in range(args.rounds):
+            # Alternating order, so a slow spell weighs on both alike.
+            for label in labels[::1 if round_ % 2 == 0 else -1]:
                 for op, seconds in measure(modules[label], args).items():
                     results[label].setdefault(op, []).append(seconds)
     print(f'Prioritized: {args.items} items of {args.length} steps, '

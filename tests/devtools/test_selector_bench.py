@@ -13,11 +13,13 @@ def test_compares_a_revision_with_the_working_tree(capsys):
     lines = capsys.readouterr().out.strip().split('\n')
     assert lines[0].startswith('Prioritized: 40 items of 4 steps')
     assert lines[1] == (
-        '| op (CPU us per call) | HEAD | working tree | new/old |')
+        '| op (CPU us per call) | HEAD | working tree | new/old, fastest '
+        '| new/old, median |')
     rows = {line.split(' | ')[0][2:]: line for line in lines[3:]}
     assert list(rows) == ['sample', 'prioritize', 'insert + remove']
     for line in rows.values():
-        assert re.fullmatch(r'\| .+ \| [\d.]+.* \| [\d.]+.* \| [\d.]+ \|', line)
+        assert re.fullmatch(
+            r'\| .+( \| [\d.]+ \(median [\d.]+\)){2}( \| [\d.]+){2} \|', line)
 
 
 def test_loads_each_tree_under_its_own_name(tmp_path):
