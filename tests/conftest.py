@@ -77,7 +77,8 @@ LONGEST_FIRST = (
     'tests/run/parallel/test_env_suites_parallel.py',
     'tests/envs/test_env_bsuite.py',
     'tests/run/parallel/test_policy_process.py',
-    'tests/run/test_out_of_memory.py', 'tests/test_policy_page.py')
+    'tests/run/test_out_of_memory.py', 'tests/test_policy_page.py',
+    'tests/test_original_tests.py')
 
 
 def pytest_collection_modifyitems(config, items):

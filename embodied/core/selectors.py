@@ -13,7 +13,8 @@ its items::
 `selector.prioritize(stepids, priorities)` for individual time steps.
 
 Selectors are not thread-safe on their own: the replay serialises all calls
-under its lock.
+under its lock. `SampleTree` (from `sampletree`, reached here by the
+original's name) is the keyed sum tree that `Prioritized` draws from.
 """
 
 import collections
