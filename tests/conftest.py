@@ -78,7 +78,8 @@ LONGEST_FIRST = (
     'tests/envs/test_env_bsuite.py',
     'tests/run/parallel/test_policy_role.py',
     'tests/run/test_out_of_memory.py', 'tests/test_policy_page.py',
-    'tests/test_reproduce.py', 'tests/sweep/test_sweep.py')
+    'tests/test_reproduce.py', 'tests/sweep/test_sweep.py',
+    'tests/test_original_tests.py')
 
 
 def pytest_collection_modifyitems(config, items):

@@ -42,8 +42,10 @@ class Driver:
     on observations stacked along a leading batch axis, without the `log/`
     keys. Each callback is called as `fn(tran, worker_index, **kwargs)` once
     per env and step, where `tran` holds that env's observation (including
-    `log/` keys), the action chosen for it and the policy's outputs. Envs
-    whose observation was `is_last` get a zero action with `reset=True` next.
+    `log/` keys), the action chosen for it and the policy's outputs; as in
+    the original, not `reset` (the next step's `reset` is the `is_last` of
+    this one). Envs whose observation was `is_last` get a zero action with
+    `reset=True` next.
     """
 
     def __init__(self, make_env_fns, parallel=True, **kwargs):
@@ -143,7 +145,7 @@ class Driver:
         if is_last.any():
             acts = {k: _zero_where(v, is_last) for k, v in acts.items()}
         self.acts = {**acts, 'reset': is_last.copy()}
-        trans = {**obs, **self.acts, **outs, **logs}
+        trans = {**obs, **acts, **outs, **logs}
         for i in range(self.length):
             tran = elements.tree.map(lambda x: x[i], trans)
             for fn in self.callbacks:

@@ -109,7 +109,9 @@ class SamplesPerInsert:
 
     checked before each step: the sampler may run ahead of the inserts by about
     `tolerance` samples, the inserter ahead of the sampler by about `tolerance`
-    inserts. `samples_per_insert=0` turns the limit off (only `minsize` holds).
+    inserts. `samples_per_insert <= 0` turns the limit off (only `minsize`
+    holds), as in the original (whose runners read a negative `train_ratio`
+    as no limit).
 
     Why these settings are the only ones that can deadlock: both sides are
     blocked only when `avail >= tolerance * spi` and `avail <= -tolerance` at
@@ -255,11 +257,11 @@ class SamplesPerInsert:
 def _check_settings(samples_per_insert, tolerance, minsize):
     problems = []
     if not _is_number(samples_per_insert) or not math.isfinite(
-            samples_per_insert) or samples_per_insert < 0:
+            samples_per_insert):
         problems.append(
-            f'samples_per_insert must be a finite number >= 0 (0 turns the '
-            f'limit off), got {samples_per_insert!r}: a negative or '
-            f'non-finite credit per insert makes the balance meaningless.')
+            f'samples_per_insert must be a finite number (<= 0 turns the '
+            f'limit off), got {samples_per_insert!r}: a non-finite credit '
+            f'per insert makes the balance meaningless.')
     if not _is_number(minsize) or minsize != int(minsize) or minsize < 1:
         problems.append(
             f'minsize must be an integer >= 1, got {minsize!r}: with nothing '

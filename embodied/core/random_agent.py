@@ -9,8 +9,9 @@ class RandomAgent(base.Agent):
     """Samples every action uniformly from its space, batched.
 
     Bounded spaces are sampled uniformly; float dimensions with an infinite
-    bound get a standard normal sample instead. Carries are empty dicts,
-    metrics are empty, and saving or loading does nothing.
+    bound get a standard normal sample instead. Carries are empty tuples
+    (`()`, as the original's), metrics are empty, and saving or loading does
+    nothing.
     """
 
     def __init__(self, obs_space, act_space, config=None, seed=None):
@@ -19,13 +20,13 @@ class RandomAgent(base.Agent):
         self.rng = np.random.default_rng(seed)
 
     def init_policy(self, batch_size):
-        return {}
+        return ()
 
     def init_train(self, batch_size):
-        return {}
+        return ()
 
     def init_report(self, batch_size):
-        return {}
+        return ()
 
     def policy(self, carry, obs, mode='train'):
         batch_size = len(obs['is_first'])
@@ -46,7 +47,7 @@ class RandomAgent(base.Agent):
     def save(self):
         return {}
 
-    def load(self, data, regex=None):
+    def load(self, data=None, regex=None):
         pass
 
 

@@ -13,14 +13,15 @@ its items::
 `selector.prioritize(stepids, priorities)` for individual time steps.
 
 Selectors are not thread-safe on their own: the replay serialises all calls
-under its lock.
+under its lock. `SampleTree` (from `sampletree`, reached here by the
+original's name) is the keyed sum tree that `Prioritized` draws from.
 """
 
 import collections
 
 import numpy as np
 
-from . import sumtree
+from .sampletree import SampleTree  # noqa: F401  (the original's name here)
 
 
 class _Keyed:
@@ -156,7 +157,7 @@ class Prioritized(_Keyed):
     `maxfrac * max + (1 - maxfrac) * mean`. An infinite priority makes the item
     infinitely likely: such items are drawn first, uniformly among them. With
     `zero_on_sample`, drawing an item sets its steps' priorities to zero.
-    Sampling takes O(branching * log n) through a sum tree; an update
+    Items are drawn from a `SampleTree` in O(branching * log n); an update
     recomputes the weights of the items that share the updated steps.
     """
 
@@ -183,11 +184,8 @@ class Prioritized(_Keyed):
         self.initial = initial
         self.zero_on_sample = bool(zero_on_sample)
         self.maxfrac = maxfrac
-        self._tree = sumtree.SumTree(branching)
-        self._rng = np.random.default_rng(seed)
-        self._slots = {}     # key -> slot in the tree
-        self._keys = []      # slot in the tree -> key
-        self._steps = {}     # key -> array of the item's step indices
+        self.tree = SampleTree(branching, seed)
+        self._keys = {}      # key -> array of the item's step indices
         # Time steps get dense indices so priorities live in one array.
         self._step_index = {}  # stepid bytes -> step index
         self._step_keys = []   # step index -> keys of items holding the step
@@ -197,31 +195,23 @@ class Prioritized(_Keyed):
 
     def __call__(self):
         self._require_keys()
-        key = self._keys[self._tree.sample(self._rng)]
+        key = self.tree.sample()
         if self.zero_on_sample:
-            steps = self._steps[key]
+            steps = self._keys[key]
             self._prios[steps] = 0.0
             self._refresh(steps)
         return key
 
     def __setitem__(self, key, stepids):
-        if key in self._slots:
+        if key in self._keys:
             raise KeyError(f'Prioritized selector already holds key {key!r}.')
         steps = np.array([self._add_step(s, key) for s in _as_bytes(stepids)])
-        self._steps[key] = steps
-        self._slots[key] = len(self._keys)
-        self._keys.append(key)
-        self._tree.append(self._weights(steps[None])[0])
+        self._keys[key] = steps
+        self.tree.insert(key, self._weights(steps[None])[0])
 
     def __delitem__(self, key):
-        slot = self._slots.pop(key)
-        last_key = self._keys.pop()
-        last_weight = self._tree.pop()
-        if slot < len(self._keys):
-            self._keys[slot] = last_key
-            self._slots[last_key] = slot
-            self._tree.set([slot], [last_weight])
-        for step in self._steps.pop(key).tolist():
+        self.tree.remove(key)
+        for step in self._keys.pop(key).tolist():
             keys = self._step_keys[step]
             keys.remove(key)
             if not keys:
@@ -257,12 +247,12 @@ class Prioritized(_Keyed):
         keys = list(keys)
         groups = collections.defaultdict(list)  # Items of equal length.
         for i, key in enumerate(keys):
-            groups[len(self._steps[key])].append(i)
+            groups[len(self._keys[key])].append(i)
         weights = np.empty(len(keys))
         for group in groups.values():
-            matrix = np.stack([self._steps[keys[i]] for i in group])
+            matrix = np.stack([self._keys[keys[i]] for i in group])
             weights[group] = self._weights(matrix)
-        self._tree.set([self._slots[k] for k in keys], weights)
+        self.tree.update_many(keys, weights)
 
     def _weights(self, steps):
         """Weights of items given as rows of step indices."""

@@ -52,6 +52,20 @@ class SumTree:
         finite, infinite, _ = self._levels[0][slot]
         return np.inf if infinite else float(finite)
 
+    @property
+    def depth(self):
+        """Levels below the root: the slots are the root's descendants at
+        this depth (at least 1; it grows by one whenever the slots fill
+        `branching ** depth` and never shrinks)."""
+        return len(self._levels) - 1
+
+    def subtree(self, level, index):
+        """`(weight, slots)` of node `index` on `level` (0: the slots
+        themselves, `depth`: the root): the sum of the weights under it
+        (`inf` if one is) and how many slots are in use under it."""
+        finite, infinite, used = self._levels[level][index]
+        return (np.inf if infinite else float(finite)), int(used)
+
     def set(self, slots, weights):
         """Sets the weights of existing slots (sequences of equal length)."""
         slots = np.asarray(slots, np.int64).reshape(-1)
@@ -77,11 +91,14 @@ class SumTree:
         if not self._size:
             raise IndexError('cannot sample from an empty SumTree')
         node = 0
+        # A node's row holds its children's sums, so it tells which of
+        # their columns to draw by without a reduction over them.
+        finite, infinite, _ = self._levels[-1][0]
         for level in reversed(self._levels[:-1]):
             children = level[node * self.branching:(node + 1) * self.branching]
-            if children[:, _INFINITE].any():
+            if infinite:
                 weights = children[:, _INFINITE]
-            elif children[:, _FINITE].sum() > 0:
+            elif finite > 0:
                 weights = children[:, _FINITE]
             else:
                 weights = children[:, _USED]
@@ -93,6 +110,7 @@ class SumTree:
             index = min(index, len(weights) - 1)
             while weights[index] <= 0:
                 index -= 1
+            finite, infinite, _ = children[index]
             node = node * self.branching + index
         return node
 

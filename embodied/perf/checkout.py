@@ -50,6 +50,35 @@ def is_worktree(checkout):
     return os.path.isdir(os.path.join(checkout, 'embodied', 'jax'))
 
 
+def package_root(checkout, folder):
+    """A folder whose `embodied/` is the original's package, for PYTHONPATH:
+    the checkout itself when it is a work tree, else its HEAD's `embodied/`
+    written into `folder` (a git directory)."""
+    if is_worktree(checkout):
+        return str(checkout)
+    archive = subprocess.run(
+        ['git', '--git-dir', checkout, 'archive', 'HEAD', 'embodied'],
+        capture_output=True, check=True).stdout
+    os.makedirs(folder, exist_ok=True)
+    subprocess.run(['tar', '-x', '-C', folder], input=archive, check=True)
+    return str(folder)
+
+
+def own_tests(checkout):
+    """{name: text} of the original's own unit tests, `embodied/tests/*.py`
+    (their helper `utils.py` included)."""
+    if is_worktree(checkout):
+        folder = pathlib.Path(checkout) / 'embodied' / 'tests'
+        return {p.name: p.read_text() for p in sorted(folder.glob('*.py'))}
+    names = subprocess.run(
+        ['git', '--git-dir', checkout, 'ls-tree', '--name-only', 'HEAD',
+         'embodied/tests/'], capture_output=True, text=True,
+        check=True).stdout.split()
+    return {
+        os.path.basename(name): read(checkout, name)
+        for name in names if name.endswith('.py')}
+
+
 # Earlier revisions of this checkout.
 
 def export(revision, path):

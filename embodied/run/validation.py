@@ -36,7 +36,13 @@ _CLOCK = 'a number of seconds > 0, or < 0 for every iteration (0 never fires)'
 _RULES = {
     'steps': ('nonnegative', 'a number of env steps >= 0'),
     'duration': ('nonnegative', 'a number of seconds >= 0 (0: no limit)'),
-    'train_ratio': ('positive', 'a number > 0 of replayed steps per env step'),
+    # A negative ratio is the original's "no limit"; 0 is refused because
+    # the original reads it as no limit in `parallel` but as never training
+    # in `train` (docs/compatibility.md).
+    'train_ratio': ('nonzero_finite', (
+        'a number > 0 of replayed steps per env step, or < 0 for no limit '
+        '(parallel: the learner trains as fast as it can; train and '
+        'train_eval: one batch per env step)')),
     'log_every': ('nonzero', _CLOCK),
     'report_every': ('nonzero', _CLOCK),
     'save_every': ('positive', _POSITIVE_SECONDS),
@@ -72,6 +78,7 @@ _RULES = {
 _CHECKS = {
     'positive': lambda x: _number(x) and x > 0,
     'nonzero': lambda x: _number(x) and x != 0,
+    'nonzero_finite': lambda x: _number(x) and x != 0 and math.isfinite(x),
     'nonnegative': lambda x: _number(x) and x >= 0,
     'positive_int': lambda x: _integer(x) and x >= 1,
     'nonnegative_int': lambda x: _integer(x) and x >= 0,
@@ -256,6 +263,11 @@ def _integer(x):
 def _address_problem(addr):
     """Why `addr` is no server address, or None."""
     text = str(addr)
+    if '://' in text:
+        # As the original's portal clients (which assert it); its older
+        # configs had zerofun's 'tcp://host:port'.
+        return ("'host:port', 'host:{auto}' or a port, without a scheme "
+                "such as tcp://")
     try:
         host, port = addresses.split(text.replace('{auto}', '0'))
     except ValueError as e:

@@ -105,8 +105,9 @@ class TestDriver:
             assert [int(t['count']) for t in env0] == [0, 1, 2, 3, 0]
             assert [bool(t['is_first']) for t in env0] == [1, 0, 0, 0, 1]
             assert [bool(t['is_last']) for t in env0] == [0, 0, 0, 1, 0]
-            # Actions for last steps are zeroed and ask for a reset.
-            assert [bool(t['reset']) for t in env0] == [0, 0, 0, 1, 0]
+            # Actions for last steps are zeroed; the env gets a reset next.
+            # As in the original, transitions hold no `reset`.
+            assert not any('reset' in t for t in env0)
             assert [int(t['action']) for t in env0] == [2, 2, 2, 0, 2]
             # The obs after a reset shows the action zeroed.
             assert [float(t['reward']) for t in env0] == [0, 2, 2, 2, 0]
@@ -170,16 +171,23 @@ def test_random_agent():
     driver = make_driver(parallel=False)
     spaces = CountEnv()
     agent = embodied.RandomAgent(spaces.obs_space, spaces.act_space, seed=0)
-    assert agent.init_policy(2) == {} and agent.init_train(2) == {}
+    # The original's carries: `()`, which the driver hands the policy first.
+    assert agent.init_policy(2) == () and agent.init_train(2) == ()
+    assert agent.init_report(2) == ()
     trans = record(driver)
     driver.reset(agent.init_policy)
-    driver(agent.policy, steps=20)
-    actions = [int(t['action']) for _, t in trans if not t['reset']]
+    carries = []
+    def policy(carry, obs):
+        carries.append(carry)
+        return (len(carries),), agent.policy(carry, obs)[1], {}
+    driver(policy, steps=20)
+    assert carries == [()] + [(i,) for i in range(1, 10)]
+    actions = [int(t['action']) for _, t in trans if not t['is_last']]
     assert set(actions) <= set(range(5)) and len(set(actions)) > 1
     assert all(t['action'].dtype == np.int32 for _, t in trans)
     data = {'is_first': np.zeros((2, 3), bool)}
-    assert agent.train({}, data) == ({}, {}, {})
-    assert agent.report({}, data) == ({}, {})
+    assert agent.train((), data) == ((), {}, {})
+    assert agent.report((), data) == ((), {})
     assert agent.stream(iter([1])) is not None
 
 

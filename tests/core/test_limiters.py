@@ -25,8 +25,6 @@ INVALID = [
      'tolerance'),
     ('tolerance_inf', dict(samples_per_insert=2, tolerance=math.inf, minsize=1),
      'tolerance'),
-    ('ratio_negative', dict(samples_per_insert=-1, tolerance=1, minsize=1),
-     'samples_per_insert'),
     ('ratio_nan', dict(samples_per_insert=math.nan, tolerance=1, minsize=1),
      'samples_per_insert'),
     ('ratio_inf', dict(samples_per_insert=math.inf, tolerance=1, minsize=1),
@@ -44,6 +42,8 @@ VALID = [
         samples_per_insert=0.01, tolerance=1, minsize=2)),
     ('limit_off_any_tolerance', dict(
         samples_per_insert=0, tolerance=0, minsize=1)),
+    ('negative_is_limit_off', dict(
+        samples_per_insert=-1 / 16, tolerance=32, minsize=1)),
     ('numpy_numbers', dict(
         samples_per_insert=np.float32(2), tolerance=np.int64(4),
         minsize=np.int64(8))),
@@ -133,15 +133,19 @@ def test_inserts_are_free_until_minsize_then_credit():
     assert limiter.want_insert()
 
 
-def test_disabled_limit_only_holds_minsize():
-    limiter = SamplesPerInsert(samples_per_insert=0, tolerance=1, minsize=2)
+@pytest.mark.parametrize('samples_per_insert', [0, -1 / 16])
+def test_disabled_limit_only_holds_minsize(samples_per_insert):
+    # A negative ratio is the original's `train_ratio: -1`: no limit.
+    limiter = SamplesPerInsert(samples_per_insert, tolerance=1, minsize=2)
     limiter.insert()
     assert not limiter.want_sample()
     limiter.insert()
     for _ in range(100):
         assert limiter.want_sample()
         limiter.sample()
-    assert limiter.want_insert()
+    for _ in range(100):
+        assert limiter.want_insert() and limiter.want_insert(count=8)
+        limiter.insert()
 
 
 def test_try_methods_check_and_record_atomically():

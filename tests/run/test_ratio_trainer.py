@@ -60,3 +60,25 @@ def test_ratio_trainer_writes_every_update_back_one_late_and_flushes():
     assert metrics['train/update'] == np.mean(range(1, updates + 1))
     assert metrics['policy_lag/max'] == 0
     trainer.close()
+
+
+def test_negative_train_ratio_trains_one_batch_per_env_step():
+    # The original's `train_ratio: -1` in the single-process scripts.
+    replay = embodied.Replay(length=4, capacity=100)
+    for t in range(16):
+        replay.add({'x': np.float32(t), 'trained': np.float32(0)})
+    args = elements.Config(
+        batch_size=2, batch_length=4, train_ratio=-1.0, consec_report=1,
+        report_batches=1)
+    agent = CountingAgent()
+
+    def make_stream(replay, mode):
+        return embodied.streams.Stateless(replay.sample, 2, mode)
+
+    step = elements.Counter()
+    trainer = ratio_trainer.RatioTrainer(agent, replay, make_stream, args, step)
+    for calls in range(1, 6):
+        step.increment()
+        trainer.on_step({}, 0)
+        assert agent.updates == calls
+    trainer.close()

@@ -16,6 +16,7 @@ BAD = [
     (('--batch_length', '0'), 'batch_length'),
     (('--replay.size', '10'), 'replay.size'),
     (('--run.actor_addr', 'notanaddr'), 'run.actor_addr'),
+    (('--run.replay_addr', 'tcp://localhost:{auto}'), 'run.replay_addr'),
     (('--run.steps', '-5'), 'run.steps'),
     (('--run.save_every', '0'), 'run.save_every'),
     (('--run.log_every', '0'), 'run.log_every'),
@@ -38,6 +39,17 @@ def test_bad_value_is_a_usage_error_naming_key_and_value(flags, key):
     message = str(e.value)
     assert f'{key} = ' in message, message
     assert 'expected' in message, message
+
+
+@pytest.mark.parametrize('script', ['parallel', 'train'])
+def test_negative_train_ratio_is_the_originals_no_limit(script):
+    config = main.parse(['--configs', 'debug', '--task', 'dummy_disc',
+                         '--script', script, '--run.train_ratio', '-1'])
+    assert config.run.train_ratio == -1
+    for value in ('0', 'inf', 'nan'):
+        with pytest.raises(main.UsageError, match='or < 0 for no limit'):
+            main.parse(['--configs', 'debug', '--task', 'dummy_disc',
+                        '--script', script, '--run.train_ratio', value])
 
 
 def test_every_shipped_block_is_valid():

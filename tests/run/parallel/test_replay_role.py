@@ -76,8 +76,11 @@ def test_eval_rows_go_to_the_eval_replay_and_train_rows_through_the_limiter():
         role.close()
 
 
-def test_train_batches_hold_consecutive_steps_of_one_env():
-    role = make_role(train_ratio=0)  # No limit past minsize: no waits.
+# 0 and, as in the original, a negative train ratio: no limit past minsize,
+# so sampling never waits.
+@pytest.mark.parametrize('train_ratio', [0, -1])
+def test_train_batches_hold_consecutive_steps_of_one_env(train_ratio):
+    role = make_role(train_ratio=train_ratio)
     try:
         for t in range(60):
             role.add_batch(rows([0, 1], t))
