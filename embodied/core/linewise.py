@@ -7,10 +7,16 @@ the same way. `install()` wraps both streams so that each thread's text is
 held until it ends a line and every line goes out in one write:
 
     linewise.install()   # once, at the start of a process
+
+A stream whose reader went away (a closed pipe, a hung-up terminal) fails
+no `print`: the writer hands it to `broken_streams`, which points it at a
+file, and writes the text again there.
 """
 
 import sys
 import threading
+
+from embodied.core import broken_streams
 
 
 class LineWriter:
@@ -28,7 +34,8 @@ class LineWriter:
         lines, newline, rest = pending.rpartition('\n')
         if newline:
             with self._lock:
-                self.stream.write(lines + newline)
+                self._call(self.stream.write, lines + newline)
+            broken_streams.notify()
         self._local.pending = rest
         return len(text)
 
@@ -36,9 +43,22 @@ class LineWriter:
         rest = getattr(self._local, 'pending', '')
         with self._lock:
             if rest:
-                self.stream.write(rest)
-            self.stream.flush()
+                self._call(self.stream.write, rest)
+            self._call(self.stream.flush)
+        broken_streams.notify()
         self._local.pending = ''
+
+    def _call(self, method, *args):
+        """`method(*args)`, and once more after `broken_streams` pointed a
+        stream that lost its reader at its fallback (a failed write leaves
+        none of its text in the stream's buffers: no line comes twice)."""
+        try:
+            return method(*args)
+        except OSError as e:
+            fd = broken_streams.descriptor(self.stream)
+            if not broken_streams.handle(fd, e):
+                raise
+        return method(*args)
 
     def __getattr__(self, name):  # fileno, encoding, isatty, buffer, ...
         return getattr(self.stream, name)

@@ -27,9 +27,13 @@ import enum
 import functools
 import time
 
+import os
+
 import embodied
 from embodied import rpc
+from embodied.core import broken_streams
 from embodied.core import diskfull
+from embodied.core import linewise
 from embodied.core import outofmemory
 from embodied.run.parallel import connections
 from embodied.run import progress
@@ -77,6 +81,9 @@ class Launcher:
 
     def __init__(self, factories, args, handshake=None, secret_origin=None):
         self.args = args
+        # Before the workers are made: they inherit it (`stopping.StopSignal`).
+        self._fallback = broken_streams.set_fallback(
+            os.path.join(args.logdir, broken_streams.FILENAME))
         self.secret_origin = secret_origin  # See `remote_roles.secret_origin`.
         self.handshake = handshake  # The control token's, with run.auth.
         self.group = rpc.Supervisor()
@@ -121,8 +128,9 @@ class Launcher:
             for role in roles.served(args))
         print(f'Launching {len(self.group.workers) + len(self.envs.slots)} '
               f'workers: {servers}.', flush=True)
+        linewise.install()  # A lost stdout fails no print (broken_streams).
         try:
-            with stopping.StopSignal() as signal:
+            with stopping.StopSignal(watch_output=True) as signal:
                 # The env workers before the agent's thread, which
                 # changes the environment as JAX starts: see
                 # `rpc.Supervisor.start`.
@@ -152,6 +160,7 @@ class Launcher:
         finally:
             for client in self.clients.values():
                 client.close(1)
+            broken_streams.set_fallback(self._fallback)
 
     def _print_workers(self):
         parts = [f'{w.name} (pid {w.pid})' if getattr(w, 'pid', None) else
