@@ -78,6 +78,12 @@ def lost():
         return [_NAMES.get(fd, f'fd {fd}') for fd in sorted(_lost)]
 
 
+def why_lost():
+    """Why the first of them lost it ('broken pipe', ...), or None."""
+    with _lock:
+        return _lost[min(_lost)] if _lost else None
+
+
 def handle(fd, error):
     """Called by a writer whose write to descriptor `fd` raised `error`:
     True when the reader is gone and `fd` now points at the fallback (the

@@ -27,26 +27,30 @@ class LineWriter:
     def __init__(self, stream):
         self.stream = stream
         self._local = threading.local()
-        self._lock = threading.Lock()
+        # Reentrant: a signal handler that prints runs on the thread it
+        # interrupted, which may hold it.
+        self._lock = threading.RLock()
 
     def write(self, text):
         pending = getattr(self._local, 'pending', '') + text
         lines, newline, rest = pending.rpartition('\n')
+        # Kept before writing: a listener told below (or a signal handler)
+        # may print on this thread.
+        self._local.pending = rest
         if newline:
             with self._lock:
                 self._call(self.stream.write, lines + newline)
             broken_streams.notify()
-        self._local.pending = rest
         return len(text)
 
     def flush(self):
         rest = getattr(self._local, 'pending', '')
+        self._local.pending = ''
         with self._lock:
             if rest:
                 self._call(self.stream.write, rest)
             self._call(self.stream.flush)
         broken_streams.notify()
-        self._local.pending = ''
 
     def _call(self, method, *args):
         """`method(*args)`, and once more after `broken_streams` pointed a

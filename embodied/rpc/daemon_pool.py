@@ -76,17 +76,21 @@ class DaemonPool(concurrent.futures.Executor):
                 return
             future, fn, args, kwargs = job
             del job
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = fn(*args, **kwargs)
-                except BaseException as e:
-                    future.set_exception(e)
-                    del e
-                else:
-                    future.set_result(result)
-                    del result
+            if not future.set_running_or_notify_cancel():
+                self._done()
+                continue
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as e:
+                self._done()  # Before the caller hears: its next job
+                future.set_exception(e)  # finds this thread idle.
+                del e
+            else:
+                self._done()
+                future.set_result(result)
+                del result
             del future, fn, args, kwargs
-            with self._lock:
-                if self._shutdown:
-                    continue
-                self._idle += 1
+
+    def _done(self):
+        with self._lock:
+            self._idle += 1

@@ -107,7 +107,10 @@ class Process:
         return self.exitcode
 
     def kill(self):
-        """SIGKILLs the process and everything it started."""
+        """SIGKILLs the process and everything it started (nothing when it
+        never started)."""
+        if self.pid is None:
+            return
         kill_tree(self.pid)
         self.process.join(5)
 
@@ -162,7 +165,11 @@ class Thread:
 
 
 def kill_tree(pid):
-    """SIGKILLs `pid` and its descendants, children first found."""
+    """SIGKILLs `pid` and its descendants, children first found. None (a
+    process that never started) is nothing: psutil would take it for this
+    process."""
+    if pid is None:
+        return
     try:
         parent = psutil.Process(pid)
         procs = parent.children(recursive=True) + [parent]

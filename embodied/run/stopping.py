@@ -70,6 +70,8 @@ class StopSignal:
                 self._previous[signum] = signal.signal(signum, self._handle)
         if self.watch_output:
             self._unlisten = broken_streams.on_lost(self._lost)
+            if broken_streams.lost():  # Before the block: a stop all the same.
+                self._lost(broken_streams.lost(), broken_streams.why_lost())
             broken_streams.poll()
         return self
 
@@ -95,6 +97,19 @@ class StopSignal:
                    if s not in broken_streams.lost()]
         for name in working or ['stdout']:
             print(line, file=getattr(sys, name), flush=True)
+
+    def _handle(self, signum, frame):
+        if self.event.is_set():
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return  # A repeated SIGTERM: the stop is under way already.
+        # Set before printing: a second signal (a scheduler signals every
+        # process, a parent passes its copy on) can run this handler again
+        # inside the print.
+        self.signum = signum
+        self.event.set()
+        print(f'Received {signal.Signals(signum).name}: stopping after the '
+              f'current step and saving.', flush=True)
 
 
 def stop_reason(args, step, start, signal=None):
