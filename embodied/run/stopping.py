@@ -89,10 +89,11 @@ class StopSignal:
         text = broken_streams.lost_text(names, why)
         stopping = not self.event.is_set()
         self.request(text[0].upper() + text[1:])
-        where = broken_streams.fallback() or 'nowhere (no logdir)'
+        where = broken_streams.fallback()
         then = ('stopping after the current step and saving' if stopping
                 else 'the stop goes on')
-        line = f"This command's {text}: {then}; its output goes on in {where}."
+        goes = f'goes on in {where}' if where else 'is dropped'
+        line = f"This command's {text}: {then}; its output {goes}."
         working = [s for s in ('stdout', 'stderr')
                    if s not in broken_streams.lost()]
         for name in working or ['stdout']:
