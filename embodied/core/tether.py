@@ -61,7 +61,7 @@ LINGER = 1.0  # Seconds the group of a command that ended gets to exit.
 # argv: lifeline fd, grace, poll, '-m' or '-c', module or code, its args.
 BOOTSTRAP = r'''
 import os, select, signal, sys
-LINGER = %s
+_tether_linger = %s
 def _tether_watchdog(lifeline, leader, grace, poll):
     import time
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -71,8 +71,8 @@ def _tether_watchdog(lifeline, leader, grace, poll):
         os.dup2(null, fd)
     while not select.select([lifeline], [], [], poll)[0]:
         if os.getppid() != leader:  # The command ended by itself: what is
-            time.sleep(LINGER)       # left of its group goes after a moment.
-            break
+            time.sleep(_tether_linger)  # left of its group goes after a
+            break                       # moment.
     else:  # The parent is gone, or ended the command.
         send = os.killpg if os.getpgrp() == leader else os.kill
         try:
