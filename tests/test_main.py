@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import textwrap
 import zipfile
 
 import pytest
@@ -139,11 +140,33 @@ def test_configs_ship_inside_the_wheel(tmp_path):
     imports = '; '.join(f'import embodied.perf.{x}' for x in tools)
     subprocess.run(
         [sys.executable, '-c', imports], check=True, env=env, cwd=tmp_path)
+    # What needs devtools/ says so, as a usage error, before anything runs.
+    # An editable install of this checkout puts devtools/ on the path, which
+    # a wheel's user never has: the import is blocked here, so the test sees
+    # what that user sees however embodied is installed. And with no rows to
+    # run, a tool that found devtools/ anyway would launch no benchmark.
+    site = str(tmp_path / 'site')
+    code = textwrap.dedent(f'''
+        import importlib.abc, runpy, sys
+        class NoDevtools(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split('.')[0] == 'devtools':
+                    raise ModuleNotFoundError(
+                        f'No module named {{name!r}}', name=name)
+        sys.meta_path.insert(0, NoDevtools())
+        from embodied.perf import checkout
+        assert str(checkout.ROOT) == {site!r}, checkout.ROOT
+        sys.argv = ['throughput', '--old', 'HEAD', '--skip_random',
+                    '--skip_agent']
+        runpy.run_module('embodied.perf.throughput', run_name='__main__')
+    ''')
     old = subprocess.run(
-        [sys.executable, '-m', 'embodied.perf.throughput', '--old', 'HEAD'],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        [sys.executable, '-c', code], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=60)
     assert old.returncode == 2, old.stderr[-2000:]
     assert '--old HEAD needs a git clone of embodied' in old.stderr
+    assert 'Traceback' not in old.stderr
+    assert old.stdout == ''  # No table: nothing was measured.
 
 
 def test_oversized_replay_is_refused_before_allocating(tmp_path):

@@ -61,6 +61,7 @@ import subprocess
 import sys
 import tempfile
 
+from embodied.core import tether
 from embodied.perf import checkout
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -391,8 +392,8 @@ def measure(setup, flags, args, scratch, cache=None):
     payload = json.dumps([
         kind, [*agent_flags, *flags], args.train_steps, args.policy_calls,
         args.policy_batch, getattr(args, 'report_calls', 0)])
-    result = subprocess.run(
-        [sys.executable, '-c', WORKER, payload], cwd=paths[0], env=env,
+    result = tether.run(  # Killed, this command takes the worker along.
+        ['-c', WORKER, payload], cwd=paths[0], env=env,
         capture_output=True, text=True, timeout=3600)
     lines = [x for x in result.stdout.splitlines() if x.startswith('RESULT ')]
     if result.returncode or not lines:

@@ -83,6 +83,7 @@ import threading
 import time
 import types
 
+from embodied.core import tether
 from embodied.perf import agent_speed
 from embodied.perf import checkout
 from embodied.perf import launch_time
@@ -505,8 +506,8 @@ def policy_probe(args, platform, tmp, cache):
     # The policy process compiles no learner of its own meanwhile.
     extra = {'train': [], 'policy': ['--jax.precompile', 'False']}
     procs = {
-        role: subprocess.Popen(
-            [sys.executable, '-c', PROBE, json.dumps(
+        role: tether.popen(
+            ['-c', PROBE, json.dumps(
                 [role, [*flags, *extra[role]], str(folder),
                  args.policy_calls, 16])],
             cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
@@ -525,9 +526,7 @@ def policy_probe(args, platform, tmp, cache):
             results.update(json.loads(lines[-1][len('RESULT '):]))
     finally:
         for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            tether.end(proc, grace=0)
     print(f'probe: {format_probe(results, None)}', flush=True)
     return results
 

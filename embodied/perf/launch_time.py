@@ -20,7 +20,9 @@ flags) in a fresh process and logdir; it ends at its first train step, once
 the device has finished it. All launches of one run share one fresh cache
 folder ($EMBODIED_JAX_CACHE), so the first launch compiles and fills it and
 later launches load from it; `--no_cache` runs the same launches with the
-cache turned off (EMBODIED_JAX_CACHE=off) for comparison.
+cache turned off (EMBODIED_JAX_CACHE=off) for comparison. Every launch is
+tethered to this command (`core.tether`): killed, even by SIGKILL, it
+takes its launch with it.
 """
 
 import argparse
@@ -31,11 +33,11 @@ import re
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
+from embodied.core import tether
 from embodied.perf import checkout
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -113,8 +115,8 @@ def main(argv=None):
 def launch(flags, cache):
     env = dict(os.environ, PYTHONPATH=str(ROOT), EMBODIED_JAX_CACHE=cache)
     start = time.time()
-    result = subprocess.run(
-        [sys.executable, '-c', WORKER, str(start), *flags], cwd=str(ROOT),
+    result = tether.run(
+        ['-c', WORKER, str(start), *flags], cwd=str(ROOT),
         env=env, capture_output=True, text=True, timeout=3600)
     lines = [x for x in result.stdout.splitlines() if x.startswith('RESULT ')]
     if not lines:
@@ -206,10 +208,10 @@ def launch_parallel(root, flags, cache, timeout, needed=tuple(PATTERNS),
         env['JAX_PLATFORMS'] = 'cpu'
     else:
         env.pop('JAX_PLATFORMS', None)
-    proc = subprocess.Popen(
-        [sys.executable, '-c', PARALLEL_WORKER, *map(str, flags)],
+    proc = tether.popen(
+        ['-c', PARALLEL_WORKER, *map(str, flags)],
         cwd=str(root), env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        stderr=subprocess.STDOUT, text=True)
     found = {}
     lines = []
     complete = threading.Event()
@@ -230,11 +232,7 @@ def launch_parallel(root, flags, cache, timeout, needed=tuple(PATTERNS),
     try:
         complete.wait(timeout)
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        tether.end(proc, grace=0)  # Its figures are in: no save needed.
         reader.join(10)
     missing = [key for key in needed if key not in found]
     if missing and (found or proc.returncode not in (None, -signal.SIGKILL)):

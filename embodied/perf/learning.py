@@ -36,6 +36,8 @@ import time
 
 import numpy as np
 
+from embodied.core import tether
+
 WINDOW = 20
 TARGET = 400
 
@@ -99,11 +101,13 @@ def run(logdir, args, extra):
     episodes, updates = [], []
     last_print = 0
     with open(logdir / 'benchmark.log', 'w') as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                env=env)
+        # Tethered (`core.tether`): this command killed, the run stops and
+        # saves; a Ctrl-C here does the same.
+        proc = tether.popen(command[1:], stdout=log, stderr=subprocess.STDOUT,
+                            env=env)
         try:
             while True:
-                done = proc.poll() is not None
+                done = not tether.running(proc)
                 now = time.monotonic() - start
                 for row in scores.read():
                     if 'episode/score' in row:
@@ -118,8 +122,9 @@ def run(logdir, args, extra):
                     break
                 time.sleep(2)
         except KeyboardInterrupt:
-            proc.terminate()
-            proc.wait(60)
+            pass
+        finally:
+            tether.end(proc)
     return dict(
         command=command, returncode=proc.returncode, wall=time.monotonic() - start,
         episodes=episodes, updates=updates)

@@ -18,7 +18,9 @@ Rows:
 Columns: env steps/s and train steps/s after the first env step, mean policy
 batch latency (first request of a batch waiting to the reply), CPU seconds of
 the whole process tree per env step, and seconds from launch to the first env
-step. Each run is a command in its own logdir, stopped by `run.duration`.
+step. Each run is a command in its own logdir, stopped by `run.duration`, and
+tethered to this one (`core.tether`): killed, even by SIGKILL, this tool
+takes its run with it.
 The env steps/s of the summary count the seconds of the final save and
 stop too, and the CPU per env step every process's start (imports), the
 final save and the stop; parallel rows also give the steady env steps/s and
@@ -47,13 +49,13 @@ import pathlib
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
 import psutil
 
+from embodied.core import tether
 from embodied.perf import checkout
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -286,15 +288,18 @@ def launch(root, module, seconds, *flags, env=None, common=COMMON):
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'JAX_PLATFORMS': 'cpu',
            **extra, 'PYTHONPATH': os.pathsep.join(p for p in path if p)}
     env = {key: value for key, value in env.items() if value is not None}
-    proc = subprocess.Popen(
-        [sys.executable, '-m', module, *flags], cwd=root, env=env,
+    proc = tether.popen(
+        ['-m', module, *flags], cwd=root, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     reader = threading.Thread(target=lambda: lines.extend(
         (time.monotonic(), line) for line in proc.stdout), daemon=True)
-    reader.start()
-    samples = []
-    used = track_cpu(proc, timeout=seconds + 180, samples=samples)
+    try:
+        reader.start()
+        samples = []
+        used = track_cpu(proc, timeout=seconds + 180, samples=samples)
+    finally:
+        tether.end(proc)  # Also what is left after an exception here.
     reader.join(10)
     output = ''.join(line for _, line in lines)
     if proc.returncode != 0:
@@ -325,15 +330,16 @@ def by_role(output, used, launcher):
 
 
 def track_cpu(proc, timeout, samples=None):
-    """Polls the process tree until it exits; returns the CPU seconds of
-    each of its processes ({pid: seconds}). Appends (time, the tree's CPU
-    seconds so far) of each poll to `samples`, if given."""
+    """Polls the process tree of `proc` (from `tether.popen`) until it
+    exits, SIGKILLing its group after `timeout` s; returns the CPU seconds
+    of each of its processes ({pid: seconds}). Appends (time, the tree's
+    CPU seconds so far) of each poll to `samples`, if given."""
     root = psutil.Process(proc.pid)
     used = {}
     deadline = time.monotonic() + timeout
-    while proc.poll() is None:
+    while tether.running(proc):
         if time.monotonic() > deadline:
-            proc.kill()
+            tether.end(proc, grace=0)
             break
         try:
             for p in [root, *root.children(recursive=True)]:
@@ -347,7 +353,6 @@ def track_cpu(proc, timeout, samples=None):
         if samples is not None:
             samples.append((time.monotonic(), sum(used.values())))
         time.sleep(0.25)
-    proc.wait()
     return used
 
 

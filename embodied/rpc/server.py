@@ -48,7 +48,6 @@ a long-running, fault-tolerant run:
 """
 
 import collections
-import concurrent.futures
 import threading
 import time
 import traceback
@@ -58,6 +57,7 @@ import numpy as np
 from embodied.core import diskfull
 from embodied.core import outofmemory
 
+from . import daemon_pool
 from . import sockets
 from . import status
 from . import wire
@@ -87,10 +87,9 @@ class _Method:
         self.batch = batch
         self.workers = workers
         self.max_post = max_post
-        self.pool = concurrent.futures.ThreadPoolExecutor(
-            workers, f'{name}_work')
-        self.postpool = postfn and concurrent.futures.ThreadPoolExecutor(
-            1, f'{name}_post')
+        # Daemon threads: a job waiting on a peer that died holds no exit.
+        self.pool = daemon_pool.DaemonPool(workers, f'{name}_work')
+        self.postpool = postfn and daemon_pool.DaemonPool(1, f'{name}_post')
         self.queue = collections.deque()
         self.rows = 0
         self.spec = None

@@ -20,6 +20,9 @@ it:
   ends the run with one line; `PortTaken` gives `EXIT_PORT_TAKEN`, so the launcher can retry with
   other ports. The parent reads the exception's one-line summary from
   `error`, so a launcher can say why a worker ended.
+* A child's stdout or stderr that loses its reader goes on in the file that
+  the parent named for its own (`core.broken_streams`), so a print fails
+  no worker.
 * SIGINT and SIGTERM are ignored in children from their first instruction
   on (`core.signals`): the launcher receives them and stops the run in order
   (a Ctrl-C or a scheduler's SIGTERM reaches the whole process group).
@@ -40,6 +43,7 @@ import cloudpickle
 import portal
 import psutil
 
+from embodied.core import broken_streams
 from embodied.core import diskfull
 from embodied.core import outofmemory
 from embodied.core import linewise
@@ -66,7 +70,7 @@ class Process:
         self.process = context.Process(
             target=_child_main, name=self.name,
             args=(payload, self.name, os.getpid(), portal.context.options(),
-                  self._errors_child))
+                  self._errors_child, broken_streams.fallback()))
 
     @property
     def pid(self):
@@ -103,7 +107,10 @@ class Process:
         return self.exitcode
 
     def kill(self):
-        """SIGKILLs the process and everything it started."""
+        """SIGKILLs the process and everything it started (nothing when it
+        never started)."""
+        if self.pid is None:
+            return
         kill_tree(self.pid)
         self.process.join(5)
 
@@ -158,7 +165,11 @@ class Thread:
 
 
 def kill_tree(pid):
-    """SIGKILLs `pid` and its descendants, children first found."""
+    """SIGKILLs `pid` and its descendants, children first found. None (a
+    process that never started) is nothing: psutil would take it for this
+    process."""
+    if pid is None:
+        return
     try:
         parent = psutil.Process(pid)
         procs = parent.children(recursive=True) + [parent]
@@ -181,9 +192,10 @@ def die_with_parent(parent_pid):
         os._exit(1)
 
 
-def _child_main(payload, name, parent_pid, options, errors):
+def _child_main(payload, name, parent_pid, options, errors, fallback=None):
     die_with_parent(parent_pid)
     linewise.install()  # Whole lines in the log the processes share.
+    broken_streams.set_fallback(fallback)
     signals.ignore_in_child()
 
     def main():

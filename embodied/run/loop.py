@@ -1,12 +1,14 @@
 """What the single-process scripts (train, train_eval, eval_only) share:
 the step and its clocks, env drivers, metrics, the stop rule, the end."""
 
+import os
 import time
 from functools import partial as bind
 
 import elements
 
 import embodied
+from embodied.core import broken_streams
 from embodied.run import progress
 from embodied.run import reporting
 from embodied.run import saving
@@ -42,8 +44,13 @@ class Loop:
         self.start = None
         self.eta = None
         # Held from the loop through the final save, so that a repeated
-        # SIGTERM (schedulers send it again) cannot end the final save.
-        self.stop = stopping.StopSignal()
+        # SIGTERM (schedulers send it again) cannot end the final save. A
+        # stdout that lost its reader stops the run too; the output goes on
+        # in the logdir.
+        if args.get('logdir'):
+            broken_streams.set_fallback(
+                os.path.join(args.logdir, broken_streams.FILENAME))
+        self.stop = stopping.StopSignal(watch_output=True)
 
     def driver(self, make_env, envids, *on_step, count=True):
         """A driver of the envs `make_env(envid)`; each step goes to

@@ -1,10 +1,16 @@
 """The stop rule and the report loop that every runner shares."""
 
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
 import elements
 import pytest
+
+import launch
 
 from embodied.run import reporting
 from embodied.run import loop as looplib
@@ -73,3 +79,46 @@ def test_report_on_holds_the_lock_and_ends_with_the_stream():
         agent, iter(range(4)), report_args(), 0, lock)
     assert metrics is None and carry == 4  # The stream ended after 4.
     assert agent.held == [True] * 4
+
+
+# Stops once its stdout loses its reader, during the block (noticed by a
+# poll, without a write) or before it (noticed at its start).
+WATCHING = textwrap.dedent('''
+    import sys, time, types
+    from embodied.core import broken_streams, linewise
+    from embodied.run import stopping
+    linewise.install()
+    broken_streams.set_fallback(sys.argv[1])
+    print('ready', flush=True)
+    sys.stdin.readline()  # The pipe is closed by now.
+    if sys.argv[2] == 'before':
+        print('a line to nobody', flush=True)
+    args = types.SimpleNamespace(steps=10, duration=0)
+    with stopping.StopSignal(watch_output=True) as stop:
+        deadline = time.monotonic() + 30
+        while not stop.requested and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print('reason:', stopping.stop_reason(args, 0, 0, stop), flush=True)
+''')
+
+
+@pytest.mark.parametrize('when', ['during', 'before'])
+def test_a_stdout_that_lost_its_reader_is_a_stop_request(tmp_path, when):
+    fallback = tmp_path / 'broken_pipe.log'
+    read, write = os.pipe()
+    with open(tmp_path / 'stderr', 'w') as errors:
+        proc = subprocess.Popen(
+            [sys.executable, '-c', WATCHING, str(fallback), when],
+            stdin=subprocess.PIPE, stdout=write, stderr=errors, text=True,
+            env=launch.env())
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        assert pipe.readline() == 'ready\n'
+    proc.communicate('go\n', timeout=60)
+    assert proc.returncode == 0
+    why = 'broken pipe' if when == 'before' else 'pipe closed by its reader'
+    assert f'reason: Stdout lost its reader ({why})' in fallback.read_text()
+    # The stream still working says why, and where the output goes.
+    assert (tmp_path / 'stderr').read_text() == (
+        f"This command's stdout lost its reader ({why}): stopping after the "
+        f"current step and saving; its output goes on in {fallback}.\n")

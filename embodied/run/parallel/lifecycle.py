@@ -27,11 +27,14 @@ its stop stages: `roles.TABLE`. Control calls: `status`, `quiesce`,
 
 import enum
 import functools
+import os
 import time
 
 import embodied
 from embodied import rpc
+from embodied.core import broken_streams
 from embodied.core import diskfull
+from embodied.core import linewise
 from embodied.core import outofmemory
 from embodied.run.parallel import connections
 from embodied.run import progress
@@ -79,6 +82,9 @@ class Launcher:
 
     def __init__(self, factories, args, handshake=None, secret_origin=None):
         self.args = args
+        # Before the workers are made: they inherit it (`stopping.StopSignal`).
+        self._fallback = broken_streams.set_fallback(
+            os.path.join(args.logdir, broken_streams.FILENAME))
         self.secret_origin = secret_origin  # See `remote_roles.secret_origin`.
         self.handshake = handshake  # The control token's, with run.auth.
         self.group = rpc.Supervisor()
@@ -123,8 +129,9 @@ class Launcher:
             for role in roles.served(args))
         print(f'Launching {len(self.group.workers) + len(self.envs.slots)} '
               f'workers: {servers}.', flush=True)
+        linewise.install()  # A lost stdout fails no print (broken_streams).
         try:
-            with stopping.StopSignal() as signal:
+            with stopping.StopSignal(watch_output=True) as signal:
                 # The env workers before the agent's thread, which
                 # changes the environment as JAX starts: see
                 # `rpc.Supervisor.start`.
@@ -154,6 +161,7 @@ class Launcher:
         finally:
             for client in self.clients.values():
                 client.close(1)
+            broken_streams.set_fallback(self._fallback)
 
     def _print_workers(self):
         parts = [f'{w.name} (pid {w.pid})' if getattr(w, 'pid', None) else
