@@ -131,7 +131,7 @@ def main(argv=None):
     parser.add_argument('--rounds', type=int, default=9)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from devtools import revisions
+    from embodied.perf import checkout as revisions
     with tempfile.TemporaryDirectory() as tmp:
         trees = revisions.trees(args.old, tmp)
         labels = [args.old, 'working tree']

@@ -23,7 +23,7 @@ def test_compares_a_revision_with_the_working_tree(capsys):
 
 
 def test_loads_each_tree_under_its_own_name(tmp_path):
-    from devtools import revisions
+    from embodied.perf import checkout as revisions
     old = revisions.export('HEAD', tmp_path / 'old')
     module = selector_bench.load_selectors(old, '_test_selector_bench_old')
     assert module.__name__ == '_test_selector_bench_old.selectors'
