@@ -23,12 +23,14 @@ from embodied.factories import (  # noqa: F401 (the original's names, here)
     AGENTS, SUITES, agent_path, is_own_task, make_agent, make_args, make_env,
     make_logger, make_replay, make_stream, replay_spaces, wrap_env)
 from embodied import rpc
+from embodied.core import checkpoint as cplib
 from embodied.core import diskfull
 from embodied.core import linewise
 from embodied.envs import own
 from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
 from embodied.run import roles
+from embodied.run import saving
 from embodied.run import validation
 from embodied.run.parallel import connections
 
@@ -38,6 +40,7 @@ SCRIPTS = ('train', 'train_eval', 'eval_only', 'parallel', *sorted(
     script for role in roles.TABLE for script in role.scripts))
 
 REPLAY_SCRIPTS = ('train', 'train_eval', 'parallel', 'parallel_replay')
+READ_SAVES = (*REPLAY_SCRIPTS, 'eval_only')  # The scripts that resume.
 
 HELP = {'--help', '-h'}
 
@@ -54,7 +57,10 @@ def main(argv=None):
                     'run.max_frame': connections.frame_limit(config, spaces)})
         elif ':' in config.task:  # A module of yours: built once to check.
             make_env(config, 0).close()
-    except (UsageError, replay_size.ReplayTooLarge) as e:
+        if config.script in READ_SAVES:  # Before anything is written.
+            saving.refuse_pickles(
+                make_args(config), eval_only=config.script == 'eval_only')
+    except (UsageError, replay_size.ReplayTooLarge, cplib.PickleSave) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
     if config.replicas > 1 and config.script in replicaslib.SCRIPTS:

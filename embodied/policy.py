@@ -5,21 +5,26 @@
                   'is_last': ..., 'is_terminal': ...})  # one row per env
     act['action']  # one row per env
 
-`load_policy` reads the run's `config.yaml` and the newest agent save, and
+`load_policy` reads the run's `config.yaml` and the newest agent save (or
+the one file of `python -m embodied.export`, which holds both), and
 builds the agent as `--script eval_only` does (`factories.make_agent`), by
-default on the CPU whatever devices the run trained on. The `Policy` keeps
-the agent's recurrent state (the carry) of each env between calls; the
-agent starts a fresh one for each row whose `is_first` is set, as in the
-run. Importing this module does not import JAX; `load_policy` does.
+default on the CPU whatever devices the run trained on. A save written as
+a pickle (earlier versions) is read only with `trust_pickle=True`. The
+`Policy` keeps the agent's recurrent state (the carry) of each env between
+calls; the agent starts a fresh one for each row whose `is_first` is set,
+as in the run. Importing this module does not import JAX; `load_policy` does.
 """
 
 import elements
 import numpy as np
 
+from embodied import export
 from embodied import factories
+from embodied.core import checkpoint as cplib
 from embodied.run import saving
 
 MODES = ('eval', 'explore', 'train')
+TRUST_ARG = 'trust_pickle=True'  # How load_policy trusts a pickle save.
 # The jax settings of an agent that acts on one device of `platform`.
 ONE_DEVICE = {
     'jax.policy_devices': [0], 'jax.train_devices': [0],
@@ -30,9 +35,10 @@ ONE_DEVICE = {
 
 def load_policy(
         path, mode='eval', platform='cpu', batch_size=1, seed=None,
-        make_env=None, config=None):
+        make_env=None, config=None, trust_pickle=False):
     """The policy of the agent saved at `path`: a run's logdir, its
-    `ckpt/agent` folder or one save folder under it.
+    `ckpt/agent` folder or one save folder under it, or a file that
+    `python -m embodied.export` wrote.
 
     mode: 'eval' (as `--script eval_only`) or 'explore' ('train' is the
       mode the run collects data in).
@@ -45,25 +51,55 @@ def load_policy(
       does); an int restarts them from that seed.
     make_env: `make_env(config, index)`, an env factory of your own for
       the agent's spaces (as for `factories.make_agent`); None builds env 0
-      of the run's `--task`.
+      of the run's `--task` (an exported file holds the spaces itself).
     config: the run's config (an `elements.Config`, or the path of a
       `config.yaml`) where `path` has no `config.yaml` above it.
+    trust_pickle: read an agent save written as a pickle (by an earlier
+      version of embodied, or DreamerV3): only for a save you trust, as a
+      pickle can run any code. Without it such a save raises
+      `checkpoint.PickleSave`.
     """
     if mode not in MODES:
         raise ValueError(
             f"load_policy: mode must be one of {', '.join(MODES)}, not "
             f"'{mode}'.")
+    env_act_space = None
+    if export.is_export(path):
+        exported = export.read(path)
+        config = acting_config(
+            run_config(path, exported.config), platform, batch_size)
+        agent = factories.make_agent(
+            config, make_env=make_env or exported.make_env)
+        exported.load_into(agent)
+        env_act_space = exported.env_act_space
+    else:
+        agent, config = build_agent(
+            path, platform, batch_size, make_env, config, trust_pickle)
+    if seed is not None:
+        restart_seeds(agent, seed)
+    policy = Policy(agent, mode, config)
+    policy.env_act_space = env_act_space
+    return policy
+
+
+def build_agent(path, platform='cpu', batch_size=1, make_env=None,
+                config=None, trust_pickle=False, trust_key=TRUST_ARG):
+    """`(agent, config)`: the agent saved at `path` (a logdir or a save
+    folder), built as `load_policy` builds it, and its acting config. A
+    save written as a pickle raises `checkpoint.PickleSave` naming
+    `trust_key` unless `trust_pickle`, before anything is built."""
     try:
         folder = saving.agent_save_folder(path)
     except FileNotFoundError as e:
         raise FileNotFoundError(str(e).replace(
             'run.from_checkpoint:', 'load_policy:', 1)) from None
+    found = cplib.pickle_files(folder, ['agent'])
+    if found and not trust_pickle:
+        raise cplib.PickleSave(found[0], trust_key)
     config = acting_config(run_config(path, config), platform, batch_size)
     agent = factories.make_agent(config, make_env=make_env)
-    saving.load_agent(agent, folder)
-    if seed is not None:
-        restart_seeds(agent, seed)
-    return Policy(agent, mode, config)
+    saving.load_agent(agent, folder, trust=trust_pickle, key=trust_key)
+    return agent, config
 
 
 def run_config(path, config=None):

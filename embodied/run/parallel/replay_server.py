@@ -181,7 +181,8 @@ class ReplayRole(lifecycle.RoleControl):
                               ('replay_eval', self.replay_eval)):
             try:
                 replay_files.prune(getattr(replay, 'directory', None),
-                                   self.checkpoint.directory, entry)
+                                   self.checkpoint.directory, entry,
+                                   self.checkpoint.trust_pickle)
             except OSError as e:
                 print(f'Could not delete old {entry} chunk files: {e}',
                       flush=True)
