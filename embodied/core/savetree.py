@@ -15,6 +15,7 @@ without a pickle: `split` refuses it with `Unsavable`, naming its path.
 """
 
 import numbers
+import re
 
 import numpy as np
 
@@ -26,6 +27,25 @@ TAG = '__embodied__'
 class Unsavable(TypeError):
     """A value of a save that neither JSON nor an array file holds; the
     message names the entry and its path."""
+
+
+EXIT_CODE = 2  # A run whose save was refused ends with it.
+_TEXT = re.compile(r'Unsavable: (Cannot save [^\n]*)')
+
+
+def find(error):
+    """The Unsavable behind `error`: itself, its cause or context, or one
+    that an RPC error or a worker's exit summary quotes; else None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, Unsavable):
+            return error
+        match = _TEXT.search(str(error))
+        if match:
+            return Unsavable(match.group(1).removesuffix(' [...]'))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def split(data, entry):

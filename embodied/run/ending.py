@@ -115,9 +115,10 @@ def one_line(args):
             # A role of this command gave up on a peer of another command.
             print(f'error: {e}', file=sys.stderr, flush=True)
             raise SystemExit(e.exitcode) from None
-        if isinstance(e, (cplib.PickleSave, savetree.Unsavable)):
-            print(f'error: {e}', file=sys.stderr, flush=True)
-            raise SystemExit(2) from None
+        refused = e if isinstance(e, cplib.PickleSave) else savetree.find(e)
+        if refused is not None:
+            print(f'error: {refused}', file=sys.stderr, flush=True)
+            raise SystemExit(savetree.EXIT_CODE) from None
         if int(args.get('replicas', 1)) > 1:
             raise
         full = diskfull.find(e)
