@@ -19,6 +19,7 @@ not an `embodied.jax.Agent` (the numpy test agent) is exported whole.
 import argparse
 import json
 import os
+import re
 import sys
 
 import elements
@@ -79,7 +80,12 @@ def export(path, file, make_env=None, config=None, trust_pickle=False,
     from embodied import factories
     from embodied import policy as policylib
     from embodied.run import saving
-    run_config = policylib.run_config(path, config)
+    try:
+        folder = saving.agent_save_folder(path)
+        run_config = policylib.run_config(path, config)
+    except FileNotFoundError as e:
+        message = re.sub(r'^(run\.from_checkpoint|load_policy): ', '', str(e))
+        raise FileNotFoundError(f'export: {message}') from None
     seen = {}
 
     def recording(config, index):
@@ -89,7 +95,6 @@ def export(path, file, make_env=None, config=None, trust_pickle=False,
 
     agent, _ = policylib.build_agent(
         path, 'cpu', 1, recording, run_config, trust_pickle, trust_key)
-    folder = saving.agent_save_folder(path)
     data, regex = policy_entries(agent)
     tree, arrays = savetree.split(data, 'agent')
     meta = {
@@ -158,7 +163,6 @@ def policy_entries(agent):
     keys = getattr(model, 'policy_keys', None)
     if not isinstance(keys, str) or not isinstance(data, dict):
         return data, None
-    import re
     regex = f'(?:{keys})|^rng/'
     pattern = re.compile(regex)
     return {k: v for k, v in data.items() if pattern.search(k)}, regex
@@ -242,7 +246,8 @@ def main(argv=None):
                       trust_pickle=args.trust_pickle, trust_key=TRUST_FLAG)
     except (FileNotFoundError, UsageError, cplib.PickleSave,
             savetree.Unsavable) as e:
-        print(f'error: {e}', file=sys.stderr)
+        message = str(e).replace("(config=...)", "(--config FILE)")
+        print(f'error: {message}', file=sys.stderr)
         return 2
     print(f'Wrote {args.file} ({size / 2**20:.2f} MiB).', flush=True)
     return 0

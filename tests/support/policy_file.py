@@ -2,6 +2,7 @@
 
     python policy_file.py save LOGDIR TASK AGENT   # a logdir with one save
     python policy_file.py act PATH SEED            # actions as JSON lines
+                                                   # (SEED none: the save's)
 
 `save` builds the agent (`--agent_impl AGENT`, the `debug` block) for the
 env of `--task TASK` (a module of the test's own, importable only where
@@ -39,7 +40,8 @@ def act(path, seed):
     import embodied
     module = importlib.util.find_spec('i61_robot') is not None
     print(json.dumps({'env_module_importable': module}), flush=True)
-    policy = embodied.load_policy(path, batch_size=2, seed=int(seed))
+    seed = None if seed == 'none' else int(seed)
+    policy = embodied.load_policy(path, batch_size=2, seed=seed)
     rng = np.random.default_rng(0)
     for step in range(4):
         obs = {k: rng.uniform(-1, 1, (2, *v.shape)).astype(v.dtype)
