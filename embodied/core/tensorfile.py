@@ -17,6 +17,7 @@ bytes), and is the form model hubs share weights in.
 """
 
 import json
+import math
 import os
 
 import numpy as np
@@ -102,19 +103,32 @@ def save(filename, arrays, metadata=None):
 
 def read(filename):
     """`(arrays, metadata)` of the safetensors file `filename`: {name:
-    numpy array} (writable, sharing one buffer) and {str: str}. Raises
+    numpy array} (each in memory of its own) and {str: str}. Raises
     FormatError naming the file where it is not one, or is cut short."""
     with open(filename, 'rb') as f:
         size = os.fstat(f.fileno()).st_size
         header, start = _header(f, size, filename)
-        buffer = bytearray(size - start)
-        if f.readinto(buffer) != len(buffer):
-            raise FormatError(f'{filename} changed while it was read')
-    metadata = header.pop('__metadata__', None) or {}
-    if not isinstance(metadata, dict) or not all(
-            isinstance(v, str) for v in metadata.values()):
-        raise FormatError(f'{filename}: its __metadata__ is not strings')
-    arrays, spans = {}, []
+        metadata = header.pop('__metadata__', None) or {}
+        if not isinstance(metadata, dict) or not all(
+                isinstance(v, str) for v in metadata.values()):
+            raise FormatError(f'{filename}: its __metadata__ is not strings')
+        entries = _entries(header, size - start, filename)
+        arrays = {}
+        for name, dtype, shape, begin, end in entries:
+            array = np.empty(shape, dtype)
+            if end > begin and f.readinto(
+                    memoryview(array.reshape(-1).view(np.uint8))) != (
+                        end - begin):
+                raise FormatError(f'{filename} changed while it was read')
+            arrays[name] = array
+    return arrays, metadata
+
+
+def _entries(header, length, filename):
+    """[(name, dtype, shape, begin, end)] of the arrays of `header` in the
+    order of their bytes, checked to cover the `length` bytes of data
+    exactly, without gaps or overlaps."""
+    entries = []
     for name, info in header.items():
         try:
             dtype = numpy_dtype(_CODES[info['dtype']])
@@ -124,26 +138,23 @@ def read(filename):
             raise FormatError(
                 f"{filename}: the entry of '{name}' is not an array's "
                 f'({type(e).__name__}: {e})') from None
-        count = int(np.prod(shape, dtype=np.int64))
-        if min(shape, default=0) < 0 or not 0 <= begin <= end <= len(
-                buffer) or end - begin != count * dtype.itemsize:
+        if min(shape, default=0) < 0 or not 0 <= begin <= end <= length or (
+                end - begin != math.prod(shape) * dtype.itemsize):
             raise FormatError(
                 f"{filename}: the bytes of '{name}' ({begin}-{end}) do not "
                 f'fit its shape {shape} and dtype {dtype.name} in '
-                f'{len(buffer)} bytes of data')
-        spans.append((begin, end))
-        arrays[name] = np.frombuffer(
-            buffer, dtype, count, begin).reshape(shape)
+                f'{length} bytes of data')
+        entries.append((name, dtype, shape, begin, end))
+    entries.sort(key=lambda e: (e[3], e[4]))
     covered = 0
-    for begin, end in sorted(spans):
+    for _, _, _, begin, end in entries:
         if begin != covered:
             raise FormatError(f'{filename}: its arrays overlap or leave gaps')
         covered = end
-    if covered != len(buffer):
+    if covered != length:
         raise FormatError(
-            f'{filename} holds {len(buffer) - covered} bytes after its '
-            f'last array')
-    return arrays, metadata
+            f'{filename} holds {length - covered} bytes after its last array')
+    return entries
 
 
 def read_metadata(filename):
