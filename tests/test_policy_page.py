@@ -5,9 +5,10 @@ checkout's `examples/`: the `debug` DreamerV3 trains on gymnasium's
 CartPole (its spaces are those of `cartpole_balance`, so its programs come
 from the compilation cache the suite's other debug runs fill), then the
 example script loads the policy in a process of its own and plays an
-episode in each of two envs. `tests/support/policy_parity.py` then checks,
-in another process, that the policy's actions equal those of the run's
-own eval policy step by step, that each env's state starts afresh at
+episode in each of two envs (and again from the one file that the page's
+`python -m embodied.export` writes). `tests/support/policy_parity.py`
+then checks, in another process, that the policy's actions equal those of
+the run's own eval policy step by step, that each env's state starts afresh at
 `is_first`, and that a config of a run on GPUs loads on the CPU.
 
 The quick tests load the numpy test agent (`agent_impl testing`), saved
@@ -44,7 +45,8 @@ def test_page_excerpt_is_the_example_file():
 @pytest.mark.slow
 def test_page_trains_then_a_fresh_process_acts_as_the_runs_eval_policy(
         tmp_path):
-    train, play = commands()
+    train, play, export, play_file = commands()[:4]
+    assert 'embodied.export' in export and play_file.endswith('.safetensors')
     (tmp_path / 'examples').symlink_to(launch.ROOT / 'examples')
     code, output = run_as_written(train, tmp_path)
     assert code == 0 and 'Reached run.steps (200)' in output, output[-3000:]
@@ -61,6 +63,13 @@ def test_page_trains_then_a_fresh_process_acts_as_the_runs_eval_policy(
     assert result.returncode == 0, result.stdout[-4000:]
     assert re.search(r'parity: \d+ steps, env 0 reset at step \d+',
                      result.stdout), result.stdout[-3000:]
+    # The one file of `embodied.export`, played by the same script.
+    code, output = run_as_written(export, tmp_path)
+    assert code == 0 and 'Wrote logdir/cartpole-policy.safetensors' in output
+    code, output = run_as_written(play_file, tmp_path)
+    assert code == 0 and 'Traceback' not in output, output[-3000:]
+    assert [e[0] for e in re.findall(
+        r'env (\d): return (\d+) in (\d+) steps', output)] == ['0', '1']
 
 
 def test_load_policy_is_reached_from_embodied_without_importing_jax():

@@ -18,6 +18,7 @@ bytes), and is the form model hubs share weights in.
 
 import json
 import math
+import mmap
 import os
 
 import numpy as np
@@ -34,6 +35,13 @@ _CODES = {
 _NAMES = {name: code for code, name in _CODES.items()}
 MAX_HEADER = 100 * 2**20  # As the safetensors library: 100 MB.
 ALIGN = 8
+# numpy asks the kernel for huge pages for arrays from 4 MiB on. Where the
+# kernel compacts memory to find them on the first touch (THP defrag
+# "madvise", a common default), reading into such arrays took 3-4 times
+# as long as unpickling the same save; arrays from this size on are read
+# into private anonymous memory (mmap) instead, with plain pages, as
+# pickle's are (shared anonymous memory, mmap's default, faulted slower).
+LARGE = 4 * 2**20
 
 
 class FormatError(ValueError):
@@ -115,13 +123,22 @@ def read(filename):
         entries = _entries(header, size - start, filename)
         arrays = {}
         for name, dtype, shape, begin, end in entries:
-            array = np.empty(shape, dtype)
+            array = _empty(shape, dtype, end - begin)
             if end > begin and f.readinto(
                     memoryview(array.reshape(-1).view(np.uint8))) != (
                         end - begin):
                 raise FormatError(f'{filename} changed while it was read')
             arrays[name] = array
     return arrays, metadata
+
+
+def _empty(shape, dtype, nbytes):
+    """A writable array of its own memory, uninitialised (see LARGE)."""
+    if nbytes < LARGE:
+        return np.empty(shape, dtype)
+    memory = mmap.mmap(
+        -1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(memory, dtype, math.prod(shape)).reshape(shape)
 
 
 def _entries(header, length, filename):

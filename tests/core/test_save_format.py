@@ -259,3 +259,31 @@ def test_files_that_are_not_whole_are_refused(tmp_path):
     path.write_bytes(content[:6])
     with pytest.raises(tensorfile.FormatError, match='cut short'):
         tensorfile.read(path)
+
+
+def test_replicas_read_the_shared_agent_save_in_the_new_format(tmp_path):
+    # Replica 0 writes the one agent save that every replica loads;
+    # replica 1 reads it (`saving.SharedReader`) and never writes there.
+    logdir = tmp_path / 'run'
+    args = saving_args(logdir).update(replicas=2)
+    weights = {'enc/kernel': np.arange(6, dtype=np.float32)}
+    writer = saving.role_checkpoint(args.update(replica=0), 'agent',
+                                    agent=Value(weights))
+    writer.save(10)
+    reader = saving.role_checkpoint(args.update(replica=1), 'agent',
+                                    agent=Value())
+    assert isinstance(reader, saving.SharedReader)
+    assert reader.directory == writer.directory
+    reader.load(10)
+    np.testing.assert_array_equal(
+        reader.agent.value['enc/kernel'], weights['enc/kernel'])
+    reader.save(20)  # A reader writes nothing.
+    assert reader.tags() == [10]
+    pickle_save(reader.directory / f'{30:012d}', weights)
+    with pytest.raises(cplib.PickleSave):
+        reader.load(30)
+    trusting = saving.role_checkpoint(
+        args.update(replica=1, trust_pickle=True), 'agent', agent=Value())
+    trusting.load(30)
+    np.testing.assert_array_equal(
+        trusting.agent.value['enc/kernel'], weights['enc/kernel'])
