@@ -23,8 +23,8 @@ formats so that a busy machine weighs on both alike:
 
 What the agent adds on either side, `jax.device_get` in `save()` and
 `jax.device_put` in `load()`, is the same for both formats and left out.
-Medians are printed as a table (`--markdown FILE` writes it), with the
-ratio new / old. The export's size is that of the policy's parameters and
+Medians and minimums are printed as a table (`--markdown FILE` writes
+it), with the ratios new / old. The export's size is that of the policy's parameters and
 random streams (`policy_keys`) with the set's config, written by
 `embodied.export.write`.
 """
@@ -161,6 +161,7 @@ def measure(modules, data, folder, repeats):
             del loaded
             shutil.rmtree(path)
     figures = {k: statistics.median(v) for k, v in times.items()}
+    figures.update({f'{k} min': min(v) for k, v in times.items()})
     figures.update({f'{n} files': v for n, v in sizes.items()})
     return figures
 
@@ -196,26 +197,35 @@ def format_row(figures):
 
 def render(args, rows):
     lines = [
-        f'Agent checkpoint save and restore, median of {args.repeats} '
-        f'(old: pickle, revision {args.old}; new: JSON + safetensors)',
+        f'Agent checkpoint save and restore, seconds, median and minimum '
+        f'of {args.repeats} (old: pickle, revision {args.old}; new: JSON + '
+        f'safetensors)',
         '',
-        '| set | state | format | save s | restore s | files MiB |',
-        '|---|---|---|---|---|---|']
+        '| set | state | format | save s | restore s | save s (min) | '
+        'restore s (min) | files |',
+        '|---|---|---|---|---|---|---|---|']
     for name, f in rows:
-        state = f"{f['mib']:.1f} MiB, {f['arrays']} arrays"
+        state = f"{size_text(f['mib'])}, {f['arrays']} arrays"
         for fmt in ('old', 'new'):
             lines.append(
                 f"| {name} | {state} | {fmt} | {f[f'{fmt} save']:.3f} | "
-                f"{f[f'{fmt} restore']:.3f} | {f[f'{fmt} files']:.1f} |")
-        lines.append(
-            f"| {name} | | new / old | "
-            f"{f['new save'] / f['old save']:.2f}x | "
-            f"{f['new restore'] / f['old restore']:.2f}x | |")
+                f"{f[f'{fmt} restore']:.3f} | {f[f'{fmt} save min']:.3f} | "
+                f"{f[f'{fmt} restore min']:.3f} | "
+                f"{size_text(f[f'{fmt} files'])} |")
+        ratios = [f[f'new {k}'] / f[f'old {k}'] for k in (
+            'save', 'restore', 'save min', 'restore min')]
+        lines.append(f"| {name} | | new / old | " + ' | '.join(
+            f'{r:.2f}x' for r in ratios) + ' | |')
     lines += ['', '| set | exported policy file |', '|---|---|']
     for name, f in rows:
-        lines.append(f"| {name} | {f['export'] / 2**20:.2f} MiB "
+        lines.append(f"| {name} | {size_text(f['export'] / 2**20)} "
                      f"({f['export']:,} bytes) |")
     return '\n'.join(lines)
+
+
+def size_text(mib):
+    return f'{mib * 1024:.1f} KiB' if mib < 1 else f'{mib:.1f} MiB'
+
 
 
 if __name__ == '__main__':

@@ -182,7 +182,8 @@ class ReplayRole(lifecycle.RoleControl):
             try:
                 replay_files.prune(getattr(replay, 'directory', None),
                                    self.checkpoint.directory, entry,
-                                   self.checkpoint.trust_pickle)
+                                   getattr(self.checkpoint, 'trust_pickle',
+                                           False))
             except OSError as e:
                 print(f'Could not delete old {entry} chunk files: {e}',
                       flush=True)
