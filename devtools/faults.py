@@ -13,8 +13,8 @@ by `--timeout` seconds per command. Faults:
 * `sigkill-replay`, `sigkill-logger`: SIGKILL of one role, then the same
   command again.
 * `sigkill-tree`: SIGKILL of every process of the run, then again.
-* `damaged-agent.pkl`, `damaged-replay.pkl`, `damaged-limiter.pkl`,
-  `damaged-step.pkl`: the newest save's file cut to 58 bytes after a clean
+* `damaged-agent.json`, `damaged-replay.json`, `damaged-limiter.json`,
+  `damaged-step.json`: the newest save's file cut to 58 bytes after a clean
   stop, then the same command again.
 * `disk-full`: the logdir on a 1 MB tmpfs (needs root, else the row says
   it was skipped); the run must end with one line (the path, the bytes
@@ -77,9 +77,11 @@ COMMON = (
     '--task', 'dummy_disc', '--run.envs', '2', '--run.eval_envs', '0',
     '--run.log_every', '1', '--run.save_every', '2', '--replay.size', '3000',
     '--logger.outputs', 'jsonl')
+# The files of each role's save (the test agent's holds no arrays, so no
+# agent.safetensors).
 ROLE_FILES = {
-    'agent.pkl': 'agent', 'replay.pkl': 'replay', 'limiter.pkl': 'replay',
-    'step.pkl': 'logger'}
+    'agent.json': 'agent', 'replay.json': 'replay', 'limiter.json': 'replay',
+    'step.json': 'logger'}
 
 
 class Run:

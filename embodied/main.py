@@ -23,11 +23,13 @@ from embodied.factories import (  # noqa: F401 (the original's names, here)
     make_agent, make_args, make_env, make_logger, make_replay, make_stream,
     replay_spaces, wrap_env)
 from embodied import rpc
+from embodied.core import checkpoint as cplib
 from embodied.core import diskfull
 from embodied.core import linewise
 from embodied.envs import own
 from embodied.run import replay_size
 from embodied.run import replicas as replicaslib
+from embodied.run import saving
 from embodied.run import scripts as scriptslib
 from embodied.run import validation
 from embodied.run.parallel import connections
@@ -35,6 +37,8 @@ from embodied.run.parallel import connections
 # The `--script` names (embodied/run/scripts.py holds what each runs).
 SCRIPTS = scriptslib.NAMES
 REPLAY_SCRIPTS = tuple(s.name for s in scriptslib.TABLE if s.replay)
+# The scripts that resume from saves (their pickles are refused at the start).
+READ_SAVES = tuple(s.name for s in scriptslib.TABLE if s.replay or s.logs)
 
 HELP = {'--help', '-h'}
 
@@ -43,7 +47,10 @@ def main(argv=None):
     linewise.install()  # The launcher's threads print whole lines.
     try:
         config = check_start(parse(argv))
-    except (UsageError, replay_size.ReplayTooLarge) as e:
+        if config.script in READ_SAVES:  # Before anything is written.
+            saving.refuse_pickles(
+                make_args(config), eval_only=config.script == 'eval_only')
+    except (UsageError, replay_size.ReplayTooLarge, cplib.PickleSave) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
     if config.replicas > 1 and config.script in replicaslib.SCRIPTS:

@@ -5,26 +5,31 @@
                   'is_last': ..., 'is_terminal': ...})  # one row per env
     act['action']  # one row per env, as the run's env would receive it
 
-`load_policy` reads the run's `config.yaml` and the newest agent save, and
+`load_policy` reads the run's `config.yaml` and the newest agent save (or
+the one file of `python -m embodied.export`, which holds both), and
 builds the agent as `--script eval_only` does (`factories.make_agent`), by
 default on the CPU whatever devices the run trained on. The actions it gives
 are those the run's env would have received: after the action wrappers the
 run puts between the agent and the env (`factories.wrap_env`: the clip to
 [-1, 1], the map to the env's bounds, its dtypes), which it applies without
-stepping (`embodied.wrappers.received`). The `Policy` keeps
-the agent's recurrent state (the carry) of each env between calls; the
-agent starts a fresh one for each row whose `is_first` is set, as in the
-run. Importing this module does not import JAX; `load_policy` does.
+stepping (`embodied.wrappers.received`). A save written as a pickle
+(earlier versions) is read only with `trust_pickle=True`. The `Policy`
+keeps the agent's recurrent state (the carry) of each env between calls;
+the agent starts a fresh one for each row whose `is_first` is set, as in
+the run. Importing this module does not import JAX; `load_policy` does.
 """
 
 import elements
 import numpy as np
 
+from embodied import export
 from embodied import factories
+from embodied.core import checkpoint as cplib
 from embodied.core import wrappers
 from embodied.run import saving
 
 MODES = ('eval', 'explore', 'train')
+TRUST_ARG = 'trust_pickle=True'  # How load_policy trusts a pickle save.
 # The jax settings of an agent that acts on one device of `platform`.
 ONE_DEVICE = {
     'jax.policy_devices': [0], 'jax.train_devices': [0],
@@ -35,9 +40,10 @@ ONE_DEVICE = {
 
 def load_policy(
         path, mode='eval', platform='cpu', batch_size=1, seed=None,
-        make_env=None, config=None):
+        make_env=None, config=None, trust_pickle=False):
     """The policy of the agent saved at `path`: a run's logdir, its
-    `ckpt/agent` folder or one save folder under it.
+    `ckpt/agent` folder or one save folder under it, or a file that
+    `python -m embodied.export` wrote.
 
     mode: 'eval' (as `--script eval_only`) or 'explore' ('train' is the
       mode the run collects data in).
@@ -50,19 +56,54 @@ def load_policy(
       does); an int restarts them from that seed.
     make_env: `make_env(config, index)`, an env factory of your own for
       the agent's spaces (as for `factories.make_agent`); None builds env 0
-      of the run's `--task`.
+      of the run's `--task` (an exported file holds the spaces itself).
     config: the run's config (an `elements.Config`, or the path of a
       `config.yaml`) where `path` has no `config.yaml` above it.
+    trust_pickle: read an agent save written as a pickle (by an earlier
+      version of embodied, or DreamerV3): only for a save you trust, as a
+      pickle can run any code. Without it such a save raises
+      `checkpoint.PickleSave`.
     """
     if mode not in MODES:
         raise ValueError(
             f"load_policy: mode must be one of {', '.join(MODES)}, not "
             f"'{mode}'.")
+    if export.is_export(path):
+        exported = export.read(path)
+        config = acting_config(
+            run_config(path, exported.config), platform, batch_size)
+        agent = factories.make_agent(
+            config, make_env=make_env or exported.make_env)
+        exported.load_into(agent)
+        # The run's action wrappers over the env's own action space.
+        own = _Spaces(obs_space=exported.obs_space, act_space={
+            **exported.env_act_space, 'reset': elements.Space(bool)})
+        actions = EnvActions(factories.wrap_env(own, config))
+    else:
+        agent, config, actions = build_agent(
+            path, platform, batch_size, make_env, config, trust_pickle)
+    if seed is not None:
+        restart_seeds(agent, seed)
+    policy = Policy(agent, mode, config, actions)
+    policy.env_act_space = dict(policy.act_space)
+    return policy
+
+
+def build_agent(path, platform='cpu', batch_size=1, make_env=None,
+                config=None, trust_pickle=False, trust_key=TRUST_ARG):
+    """`(agent, config, actions)`: the agent saved at `path` (a logdir or a
+    save folder), built as `load_policy` builds it, its acting config and
+    the env's action wrappers (`EnvActions`, from env 0). A
+    save written as a pickle raises `checkpoint.PickleSave` naming
+    `trust_key` unless `trust_pickle`, before anything is built."""
     try:
         folder = saving.agent_save_folder(path)
     except FileNotFoundError as e:
         raise FileNotFoundError(str(e).replace(
             'run.from_checkpoint:', 'load_policy:', 1)) from None
+    found = cplib.pickle_files(folder, ['agent'])
+    if found and not trust_pickle:
+        raise cplib.PickleSave(found[0], trust_key)
     config = acting_config(run_config(path, config), platform, batch_size)
     env = (make_env or factories.make_env)(config, 0)
     try:  # Built once: the agent's spaces and the env's action wrappers.
@@ -70,10 +111,8 @@ def load_policy(
     finally:
         env.close()
     agent = factories.make_agent(config, make_env=lambda *_: spaces)
-    saving.load_agent(agent, folder)
-    if seed is not None:
-        restart_seeds(agent, seed)
-    return Policy(agent, mode, config, actions)
+    saving.load_agent(agent, folder, trust=trust_pickle, key=trust_key)
+    return agent, config, actions
 
 
 class EnvActions:
@@ -94,11 +133,12 @@ class EnvActions:
 
 
 class _Spaces:
-    """The spaces of a closed env, for `make_agent` to build for."""
+    """The spaces of an env, for `make_agent` to build for and for the
+    action wrappers to map to (`EnvActions`); it steps nothing."""
 
-    def __init__(self, env):
-        self.obs_space = dict(env.obs_space)
-        self.act_space = dict(env.act_space)
+    def __init__(self, env=None, obs_space=None, act_space=None):
+        self.obs_space = dict(obs_space if env is None else env.obs_space)
+        self.act_space = dict(act_space if env is None else env.act_space)
 
     def close(self):
         pass

@@ -58,6 +58,10 @@ def backticked(text):
     return re.findall(r'`([^`\s]+)`', text)
 
 
+# Backticked names with these ends are files (`agent.json`), not keys.
+FILE_SUFFIXES = ('.py', '.json', '.pkl', '.safetensors')
+
+
 def unknown_keys(text):
     """Backticked `section.key` names in `text` that are no config key (nor
     a mapping of keys, like `run.usage`)."""
@@ -73,7 +77,7 @@ def unknown_keys(text):
         if head not in sections or '.' not in name or JAX_API.match(name) or (
                 OWN_ENV_KEY.match(name)):
             continue
-        if name.endswith('.py') or not re.fullmatch(r'[\w.]+', name):
+        if name.endswith(FILE_SUFFIXES) or not re.fullmatch(r'[\w.]+', name):
             continue
         if name not in flat and name not in prefixes:
             unknown.append(name)

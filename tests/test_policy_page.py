@@ -6,12 +6,13 @@ CartPole (its spaces are those of `cartpole_balance`, so its programs come
 from the compilation cache the suite's other debug runs fill) and on
 Pendulum (a continuous action in [-2, 2]), then each example script loads
 its policy in a process of its own and plays an episode in each of two
-envs. `tests/support/policy_parity.py` then checks, in another process,
-that what reaches each gymnasium env from the policy is what reached it
-from the run's own eval policy through the run's env wrappers, step by
-step (for Pendulum: in the Box's bounds, with actions the clip had to
-bring back), that each env's state starts afresh at `is_first`, and that
-a config of a run on GPUs loads on the CPU.
+envs (CartPole's again from the one file that the page's `python -m
+embodied.export` writes). `tests/support/policy_parity.py` then checks, in
+another process, that what reaches each gymnasium env from the policy is
+what reached it from the run's own eval policy through the run's env
+wrappers, step by step (for Pendulum: in the Box's bounds, with actions the
+clip had to bring back), that each env's state starts afresh at
+`is_first`, and that a config of a run on GPUs loads on the CPU.
 
 The quick tests load the numpy test agent (`agent_impl testing`), saved
 the way a run saves it, without JAX."""
@@ -39,13 +40,23 @@ EPISODES = {
 
 
 def commands():
-    """{example: (train, play)}: the page's commands, two an example."""
-    found = page_commands(PAGE.read_text())
-    assert len(found) == 2 * len(EPISODES), found
+    """{example: (train, play)}: the page's commands, two an example (the
+    export's two follow: `export_commands`)."""
+    found = page_commands(PAGE.read_text())[:2 * len(EPISODES)]
     pairs = dict(zip(EPISODES, zip(found[::2], found[1::2])))
     for name, (train, play) in pairs.items():
         assert f'{name}_policy.py' in play and name in train.lower(), pairs
     return pairs
+
+
+def export_commands():
+    """(export, play): the page's export of the CartPole run, then the
+    CartPole example on the file it wrote."""
+    found = page_commands(PAGE.read_text())
+    assert len(found) == 2 * len(EPISODES) + 2, found
+    export, play = found[-2:]
+    assert 'embodied.export' in export and play.endswith('.safetensors')
+    return export, play
 
 
 def test_page_excerpts_are_the_example_files():
@@ -92,6 +103,14 @@ def test_page_trains_then_a_fresh_process_gives_what_the_runs_env_received(
     assert found, result.stdout[-3000:]
     if name == 'pendulum':
         assert int(found.group(1)) > 0, result.stdout[-3000:]
+        return
+    # The one file of `embodied.export`, played by the same script.
+    export, play_file = export_commands()
+    code, output = run_as_written(export, tmp_path)
+    assert code == 0 and 'Wrote logdir/cartpole-policy.safetensors' in output
+    code, output = run_as_written(play_file, tmp_path)
+    assert code == 0 and 'Traceback' not in output, output[-3000:]
+    check_episodes(name, output)
 
 
 def test_load_policy_is_reached_from_embodied_without_importing_jax():

@@ -4,8 +4,9 @@ Layout of a checkpoint directory::
 
     directory/
       000000001200/     one complete save, named by its integer tag
-        agent.pkl
-        replay-0000.pkl   (a saveable whose save() yields shards)
+        agent.json        the structure of what agent.save() returned
+        agent.safetensors its arrays (absent when it holds none)
+        replay-0000.json  (a saveable whose save() yields shards)
         done              the manifest: {file name: size in bytes}
       000000002400/
       .tmp-...          a save in progress; ignored and removed later
@@ -21,12 +22,22 @@ in the directory are left alone. Tags are integers chosen by the caller (the
 parallel runner uses one tag for the agent, replay and logger saves of the same
 moment); without a tag, a save takes the next number after the latest.
 
+Nothing in a save runs code when it is read: each entry is its structure
+in JSON and its arrays in a safetensors file (`savetree`, `tensorfile`). A
+`save()` that returns what neither holds (an object of a class, a set) is
+refused at that save, naming the entry (`savetree.Unsavable`). Saves of
+earlier versions, and the original DreamerV3's, are pickles (`agent.pkl`):
+they are read only where the caller trusts them (`trust_pickle`), else
+refused with `PickleSave`; the next save of a trusted one is in the new
+format.
+
 A save damaged after it was written (a truncated or deleted file: disk full,
-a copy cut short, a hand edit) is told apart without unpickling it: the
-manifest in `done` lists each file's size, and every pickle ends with its
-STOP opcode (which also covers saves written before the manifest). `damage`
-says what is wrong with a save, `latest_common` skips damaged saves naming
-the file, and `read` names the file whose unpickling failed.
+a copy cut short, a hand edit) is told apart without reading it whole: the
+manifest in `done` lists each file's size, a safetensors header gives the
+file's length, and every pickle ends with its STOP opcode (which also
+covers pickle saves written before the manifest). `damage` says what is
+wrong with a save, `latest_common` skips damaged saves naming the file, and
+`read` names the file that cannot be read.
 """
 
 import inspect
@@ -40,22 +51,49 @@ import uuid
 import elements
 
 from . import diskfull
+from . import savetree
+from . import tensorfile
 
 _NAME = re.compile(r'^\d{12}$')
 _UNUSED = re.compile(r'^unused-(\d{12})-')
 _PICKLE_STOP = b'.'  # The last byte of every pickle.
+_SUFFIXES = ('.json', '.safetensors', '.pkl')
+FORMAT = 'embodied.save'
+VERSION = 1
+TRUST_KEY = '--run.trust_pickle True'  # How a run trusts pickle saves.
 
 
 class DamagedCheckpoint(RuntimeError):
     """A save on disk cannot be read; the message names the file."""
 
 
+class PickleSave(ValueError):
+    """A save written as a pickle, which the caller did not trust: reading
+    it could run any code it holds. `filename` is its file; `key` the
+    setting that trusts it; `resaved`: the reader saves again (in the new
+    format) after reading it."""
+
+    def __init__(self, filename, key=TRUST_KEY, resaved=False):
+        self.filename = str(filename)
+        self.key = key
+        then = '; the next save is then in the new format' if resaved else ''
+        super().__init__(
+            f'{filename} is a pickle save (written by an earlier version '
+            f'of embodied, or a DreamerV3 checkpoint), and reading a pickle '
+            f'can run any code it holds: it is read only with {key}, for a '
+            f'save you trust{then}.')
+
+
 class Checkpoint:
 
-    def __init__(self, directory, keep=2):
+    def __init__(self, directory, keep=2, trust_pickle=False,
+                 trust_key=TRUST_KEY):
+        """`trust_pickle`: read saves written as pickles (else `load`
+        raises PickleSave naming `trust_key`, the setting that allows it)."""
         assert keep is None or keep >= 1, keep
         self._directory = elements.Path(directory)
         self._keep = keep
+        self._trust = (bool(trust_pickle), trust_key)
         self._saveables = {}
 
     def __setattr__(self, name, value):
@@ -79,6 +117,25 @@ class Checkpoint:
     @property
     def directory(self):
         return self._directory
+
+    @property
+    def trust_pickle(self):
+        return self._trust[0]
+
+    def pickles(self, tag):
+        """The pickle files that loading the save `tag` would read, when
+        this checkpoint does not trust them; else []."""
+        if self.trust_pickle:
+            return []
+        return pickle_files(
+            self._directory / f'{tag:012d}', list(self._saveables))
+
+    def refuse_pickles(self, tag):
+        """Raises PickleSave when loading `tag` would read an untrusted
+        pickle."""
+        found = self.pickles(tag)
+        if found:
+            raise PickleSave(found[0], self._trust[1], resaved=True)
 
     def tags(self):
         """Tags of the complete saves, oldest first."""
@@ -115,7 +172,8 @@ class Checkpoint:
         path = self._directory / f'{tag:012d}'
         elements.print(f'Loading checkpoint: {path}')
         try:
-            read(path, {k: self._saveables[k].load for k in keys})
+            read(path, {k: self._saveables[k].load for k in keys},
+                 *self._trust, resaved=True)
         except DamagedCheckpoint as e:
             # Out of the way, so that the next start resumes from the save
             # before it, which every role still holds.
@@ -197,10 +255,10 @@ def resolve(path):
     return path / f'{tags[-1]:012d}'
 
 
-def load(path, loadfns):
+def load(path, loadfns, trust_pickle=False, trust_key=TRUST_KEY):
     """Loads named entries of a save (or of the latest save in a directory)
     into the given functions, e.g. `load(p, {'agent': agent.load})`."""
-    read(resolve(path), loadfns)
+    read(resolve(path), loadfns, trust_pickle, trust_key)
 
 
 def write(path, savefns):
@@ -213,17 +271,17 @@ def write(path, savefns):
         sizes = {}
 
         def put(filename, content):
-            _write_file(os.path.join(tmp, filename), content,
-                        shown=os.path.join(str(path), filename))
-            sizes[filename] = len(content)
+            sizes[filename] = _write_file(
+                os.path.join(tmp, filename), content,
+                shown=os.path.join(str(path), filename))
 
         for name, savefn in savefns.items():
             data = savefn()
             if inspect.isgenerator(data):
                 for i, shard in enumerate(data):
-                    put(f'{name}-{i:04d}.pkl', pickle.dumps(shard))
+                    _put_entry(put, f'{name}-{i:04d}', shard)
             else:
-                put(f'{name}.pkl', pickle.dumps(data))
+                _put_entry(put, name, data)
         _write_file(os.path.join(tmp, 'done'), json.dumps(
             {'files': sizes}, sort_keys=True).encode())
         _fsync_dir(tmp)
@@ -243,25 +301,118 @@ def write(path, savefns):
         raise
 
 
-def read(path, loadfns):
+def _put_entry(put, stem, data):
+    """Writes one entry as `stem.json` (+ `stem.safetensors`)."""
+    tree, arrays = savetree.split(data, stem)
+    arrays_file = f'{stem}.safetensors' if arrays else None
+    if arrays:
+        put(arrays_file, lambda f: tensorfile.write(f, arrays))
+    put(f'{stem}.json', json.dumps({
+        'format': FORMAT, 'version': VERSION, 'arrays': arrays_file,
+        'tree': tree}).encode())
+
+
+def read(path, loadfns, trust_pickle=False, trust_key=TRUST_KEY,
+         resaved=False, report=True):
+    """Loads the entries of the save folder `path` into `loadfns` ({name:
+    fn}). A pickle entry raises PickleSave unless `trust_pickle`; when
+    trusted, with `report`, one line says it was read as a pickle (with
+    `resaved`: and that its next save is in the new format)."""
     path = str(path)
     names = set(os.listdir(path))
+    told = []
     for name, loadfn in loadfns.items():
-        if f'{name}.pkl' in names:
-            loadfn(_unpickle(os.path.join(path, f'{name}.pkl')))
-        elif f'{name}-0000.pkl' in names:
-            shards = sorted(
-                x for x in names
-                if re.match(rf'^{re.escape(name)}-\d{{4}}\.pkl$', x))
-
-            def generator(shards=shards):
-                for shard in shards:
-                    yield _unpickle(os.path.join(path, shard))
-            loadfn(generator())
-        else:
+        stems = _stems(name, names)
+        if not stems:
             raise KeyError(
                 f"Checkpoint {path} has no entry '{name}' "
                 f"(it has: {sorted(names - {'done'})}).")
+        if stems[0][1] == '.pkl':
+            if not trust_pickle:
+                raise PickleSave(
+                    os.path.join(path, stems[0][0] + '.pkl'), trust_key,
+                    resaved)
+            if report and not told:
+                told.append(path)
+                then = ('; the next save is in the new format'
+                        if resaved else '')
+                elements.print(
+                    f'Read {path} as a pickle save ({trust_key}){then}.',
+                    color='yellow')
+        if len(stems) == 1 and stems[0][0] == name:
+            loadfn(_read_stem(path, *stems[0]))
+        else:
+            def generator(stems=stems):
+                for stem, suffix in stems:
+                    yield _read_stem(path, stem, suffix)
+            loadfn(generator())
+
+
+def read_entry(path, name, trust_pickle=False, trust_key=TRUST_KEY,
+               report=True):
+    """The data of entry `name` of the save folder `path` (its shards as
+    a list); raises KeyError when it has none, PickleSave as `read`."""
+    result = []
+
+    def keep(data):
+        result.append(list(data) if inspect.isgenerator(data) else data)
+    read(path, {name: keep}, trust_pickle, trust_key, report=report)
+    return result[0]
+
+
+def _stems(name, names):
+    """[(stem, suffix)] of entry `name` among the file `names`: the entry
+    itself, or its shards in order; the new format where both exist."""
+    for suffix in ('.json', '.pkl'):
+        if f'{name}{suffix}' in names:
+            return [(name, suffix)]
+        shard = re.compile(rf'^{re.escape(name)}-\d{{4}}{re.escape(suffix)}$')
+        shards = sorted(x for x in names if shard.match(x))
+        if shards:
+            return [(x[:-len(suffix)], suffix) for x in shards]
+    return []
+
+
+def pickle_files(path, entries=None):
+    """The pickle files among the `entries` (names; None: all) of the save
+    folder `path` (an entry of the new format wins where both exist)."""
+    try:
+        names = set(os.listdir(str(path)))
+    except FileNotFoundError:
+        return []
+    if entries is None:
+        entries = {re.sub(r'-\d{4}$', '', n.rsplit('.', 1)[0])
+                   for n in names if n.endswith(_SUFFIXES)}
+    found = []
+    for name in entries:
+        found += [os.path.join(str(path), stem + suffix)
+                  for stem, suffix in _stems(name, names) if suffix == '.pkl']
+    return found
+
+
+def _read_stem(path, stem, suffix):
+    if suffix == '.pkl':
+        return _unpickle(os.path.join(path, stem + '.pkl'))
+    filename = os.path.join(path, stem + '.json')
+    try:
+        with open(filename, 'rb') as f:
+            meta = json.loads(f.read())
+        if not isinstance(meta, dict) or meta.get('format') != FORMAT:
+            raise ValueError(f'not a save of embodied (format {FORMAT})')
+        if int(meta.get('version', 0)) > VERSION:
+            raise ValueError(
+                f"written by a newer version of embodied (save format "
+                f"{meta['version']}, this one reads {VERSION})")
+        arrays = {}
+        if meta.get('arrays'):
+            filename = os.path.join(path, os.path.basename(meta['arrays']))
+            arrays, _ = tensorfile.read(filename)
+            filename = os.path.join(path, stem + '.json')
+        return savetree.join(meta['tree'], arrays)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DamagedCheckpoint(
+            f'Cannot read checkpoint file {filename}: {type(e).__name__}: '
+            f'{e}') from e
 
 
 def _unpickle(filename):
@@ -277,7 +428,9 @@ def _unpickle(filename):
 
 def damage(path):
     """What makes the save folder `path` unreadable, or None when every file
-    it should hold is there with its full size and ends like a pickle."""
+    it should hold is there with its full size, each safetensors file as
+    long as its header says, each JSON file whole and each pickle ending
+    like one."""
     path = str(path)
     try:
         with open(os.path.join(path, 'done'), 'rb') as f:
@@ -289,7 +442,7 @@ def damage(path):
         sizes = json.loads(marker)['files'] if marker else None
     except (ValueError, KeyError, TypeError):
         return f'{os.path.join(path, "done")} is not a manifest of the save'
-    expected = sizes or {n: None for n in names if n.endswith('.pkl')}
+    expected = sizes or {n: None for n in names if n.endswith(_SUFFIXES)}
     for name, size in sorted(expected.items()):
         filename = os.path.join(path, name)
         try:
@@ -301,9 +454,24 @@ def damage(path):
             return f'{filename} is missing'
         if size is not None and actual != size:
             return f'{filename} has {actual} bytes, the save wrote {size}'
-        if last != _PICKLE_STOP:
+        if name.endswith('.pkl') and last != _PICKLE_STOP:
             return f'{filename} is cut short (it does not end a pickle)'
+        if name.endswith('.safetensors'):
+            problem = tensorfile.problem(filename)
+            if problem:
+                return problem
+        if name.endswith('.json') and not _is_json(filename):
+            return f'{filename} is cut short (it is not whole JSON)'
     return None
+
+
+def _is_json(filename):
+    try:
+        with open(filename, 'rb') as f:
+            json.loads(f.read())
+        return True
+    except ValueError:  # UnicodeDecodeError too.
+        return False
 
 
 def write_atomic(filename, content):
@@ -321,12 +489,17 @@ def write_atomic(filename, content):
 
 
 def _write_file(filename, content, shown=None):
-    """Writes and fsyncs a file; a disk-full error names `shown` (the
-    path the file is written for) or `filename`."""
+    """Writes and fsyncs a file; returns its size. `content` is bytes, or
+    a function that writes to the open file. A disk-full error names
+    `shown` (the path the file is written for) or `filename`."""
     with diskfull.writing(shown or filename), open(filename, 'wb') as f:
-        f.write(content)
+        if callable(content):
+            content(f)
+        else:
+            f.write(content)
         f.flush()
         os.fsync(f.fileno())
+        return f.tell()
 
 
 def _fsync_dir(directory):

@@ -75,6 +75,16 @@ def main(argv=None):
 def policy_shapes(blocks, platform='cpu'):
     """{name: (shape, dtype)} of DreamerV3's policy parameters at the
     config blocks `blocks`, from an abstract trace of its init."""
+    shapes, policy_keys = state_shapes(blocks, platform)
+    pattern = re.compile(policy_keys)
+    return {k: v for k, v in shapes.items() if pattern.search(k)}
+
+
+def state_shapes(blocks, platform='cpu'):
+    """`({name: (shape, dtype)}, policy_keys)`: every entry of DreamerV3's
+    state (parameters and optimizer state) at the config blocks `blocks`,
+    from an abstract trace of its init, and the regex of the parameters
+    its policy reads."""
     from embodied import main as mainlib
     from embodied import factories
     config = mainlib.parse(['--configs', *blocks, '--jax.platform', platform,
@@ -115,9 +125,8 @@ def policy_shapes(blocks, platform='cpu'):
     with agentlib.TRACE_LOCK:
         state = jax.eval_shape(
             init, jax.ShapeDtypeStruct((2,), np.uint32), data)
-    pattern = re.compile(model.policy_keys)
-    return {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in state.items()
-            if pattern.search(k)}
+    return {k: (tuple(v.shape), np.dtype(v.dtype))
+            for k, v in state.items()}, model.policy_keys
 
 
 def measure(shapes, platform, repeats):

@@ -56,6 +56,7 @@ import numpy as np
 
 from embodied.core import diskfull
 from embodied.core import outofmemory
+from embodied.core import savetree
 
 from . import daemon_pool
 from . import sockets
@@ -458,7 +459,8 @@ class Server:
 
     def _failed(self, method, error, what='method'):
         self.error = self.error or error
-        if diskfull.find(error) or outofmemory.find(error):
+        if diskfull.find(error) or outofmemory.find(error) or (
+                savetree.find(error)):
             return  # The caller ends the run with one line saying why.
         text = ''.join(traceback.format_exception(error))
         self._log(f'Error in {what} {method.name}:\n{text}')

@@ -47,6 +47,7 @@ from embodied.core import broken_streams
 from embodied.core import diskfull
 from embodied.core import outofmemory
 from embodied.core import linewise
+from embodied.core import savetree
 from embodied.core import signals
 
 from . import addresses
@@ -239,6 +240,9 @@ def _run(fn, name):
         if outofmemory.find(e) is not None:
             # The launcher ends the run with one line naming the program.
             return outofmemory.EXIT_CODE, summary(e)
+        if savetree.find(e) is not None:
+            # A save() that holds what no save can: one line, the entry.
+            return savetree.EXIT_CODE, summary(e)
         _print_error(name)
         return _error_code(e), summary(e)
 

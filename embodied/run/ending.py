@@ -1,9 +1,10 @@
 """Errors that a user fixes outside the run end it with one line and an exit
 code, not a traceback: a peer that refused this command or never came
 (`rpc.Refused` 77, `rpc.Unreachable` 69, also when a role of this
-command met it), a write that found no room (`core.diskfull`, 74) and a
+command met it), a write that found no room (`core.diskfull`, 74), a
 program that asked a device for more memory than it has
-(`core.outofmemory`, 71). The runners apply it themselves, so a script that
+(`core.outofmemory`, 71), and saves that cannot be read or written
+without a pickle (`checkpoint.PickleSave`, `savetree.Unsavable`, 2). The runners apply it themselves, so a script that
 calls them directly (the original's dreamerv3/main.py) ends the same way as
 `python -m embodied.main`.
 
@@ -18,8 +19,10 @@ import contextlib
 import functools
 import sys
 
+from embodied.core import checkpoint as cplib
 from embodied.core import diskfull
 from embodied.core import outofmemory
+from embodied.core import savetree
 from embodied.run import arguments
 from embodied.run import saving
 
@@ -112,6 +115,10 @@ def one_line(args):
             # A role of this command gave up on a peer of another command.
             print(f'error: {e}', file=sys.stderr, flush=True)
             raise SystemExit(e.exitcode) from None
+        refused = e if isinstance(e, cplib.PickleSave) else savetree.find(e)
+        if refused is not None:
+            print(f'error: {refused}', file=sys.stderr, flush=True)
+            raise SystemExit(savetree.EXIT_CODE) from None
         if int(args.get('replicas', 1)) > 1:
             raise
         full = diskfull.find(e)

@@ -22,6 +22,7 @@ def eval_only(make_agent, make_env, make_logger, args):
     The step count is saved under ckpt/eval so a rerun continues it, without
     touching the training checkpoints of the same logdir."""
     args = arguments.normalize(args)
+    saving.refuse_pickles(args, eval_only=True)
     agent = make_agent()
     logger = make_logger()
 
@@ -35,10 +36,12 @@ def eval_only(make_agent, make_env, make_logger, args):
         raise FileNotFoundError(
             f'eval_only needs a trained agent: set run.from_checkpoint, or '
             f'use a logdir with a checkpoint ({args.logdir}/ckpt/agent).')
-    saving.load_agent(agent, source, args.from_checkpoint_regex)
+    saving.load_agent(agent, source, args.from_checkpoint_regex,
+                      saving.trust_pickle(args))
 
     cp = cplib.Checkpoint(
-        elements.Path(args.logdir) / 'ckpt' / 'eval', args.save_keep)
+        elements.Path(args.logdir) / 'ckpt' / 'eval', args.save_keep,
+        saving.trust_pickle(args))
     cp.step = step
     cp.load_or_save()
 

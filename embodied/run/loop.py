@@ -156,7 +156,8 @@ def restore(args, agent, logger, **replays):
             args.logdir, report=False,
             replica=saving.replica_of(args)) is None:
         saving.load_agent(
-            agent, args.from_checkpoint, args.from_checkpoint_regex)
+            agent, args.from_checkpoint, args.from_checkpoint_regex,
+            saving.trust_pickle(args))
     tag = cp.load_or_save(0)
     if tag is not None:
         print(f'Resumed from the save at step {tag}.')

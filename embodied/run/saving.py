@@ -1,8 +1,8 @@
 """The checkpoints of a run: agent, replay and logger, saved under one tag.
 
-    logdir/ckpt/agent/<tag>/agent.pkl
-    logdir/ckpt/replay/<tag>/replay.pkl (+ limiter, eval replay)
-    logdir/ckpt/logger/<tag>/step.pkl
+    logdir/ckpt/agent/<tag>/agent.json, agent.safetensors
+    logdir/ckpt/replay/<tag>/replay.json (+ limiter, eval replay)
+    logdir/ckpt/logger/<tag>/step.json
 
 The single-process and parallel runners use the same folders, so a run can
 switch scripts on one logdir. No folder contains another, and each save of
@@ -14,6 +14,10 @@ One path restores for both: `role_checkpoint` makes a role's checkpoint
 (keeping `run.save_keep` saves) and `resume` loads it from the resume tag.
 The single-process scripts hold all roles in one `RunCheckpoint`; each
 parallel role calls `resume_role` for its own.
+
+Saves of earlier versions are pickles (`agent.pkl`, ...), read only with
+`run.trust_pickle`; `refuse_pickles` checks at the start, before anything
+is written, that a run reads none it was not allowed to.
 """
 
 import elements
@@ -61,7 +65,7 @@ def role_checkpoint(args, role, **saveables):
     replica = replica_of(args)
     folder = directory(args.logdir, role, replica)
     kind = SharedReader if role == 'agent' and replica else cplib.Checkpoint
-    cp = kind(folder, args.save_keep)
+    cp = kind(folder, args.save_keep, trust_pickle(args))
     for name, saveable in saveables.items():
         setattr(cp, name, saveable)
     return cp
@@ -75,6 +79,8 @@ def resume(logdir, checkpoints, replica=None):
     tag = resume_tag(logdir, replica=replica)
     if tag is None:
         return None
+    for cp in checkpoints:  # Before anything on disk changes.
+        cp.refuse_pickles(tag)
     for cp in checkpoints:
         cp.set_aside_newer(tag)
     for cp in checkpoints:
@@ -141,18 +147,64 @@ def agent_save_folder(path):
         raise FileNotFoundError(f'run.from_checkpoint: {e}') from None
 
 
-def load_agent(agent, path, regex=''):
+def load_agent(agent, path, regex='', trust=False, key=cplib.TRUST_KEY):
     """Loads agent parameters from `run.from_checkpoint`; a save that does
-    not fit the agent raises a ValueError saying so."""
+    not fit the agent raises a ValueError saying so, a pickle save that
+    `trust` does not allow raises `checkpoint.PickleSave` naming `key`."""
     folder = agent_save_folder(path)
     elements.print(f'Loading agent from {folder}')
     try:
         cplib.read(
-            folder, {'agent': lambda data: agent.load(data, regex or None)})
+            folder, {'agent': lambda data: agent.load(data, regex or None)},
+            trust, key)
+    except cplib.PickleSave:
+        raise
     except (KeyError, ValueError, TypeError) as e:
         raise ValueError(
             f'run.from_checkpoint {path} does not match the agent: '
             f'{type(e).__name__}: {e}') from e
+
+
+def trust_pickle(args):
+    """Whether the run reads saves written as pickles (`run.trust_pickle`)."""
+    return bool(args.get('trust_pickle', False))
+
+
+def refuse_pickles(args, eval_only=False):
+    """Raises `checkpoint.PickleSave` when the run of `args` would read a
+    save written as a pickle and `run.trust_pickle` is off; called at the
+    start, before anything is written. A run reads the newest save common
+    to agent, replay and logger (a resume), else the agent save of
+    `run.from_checkpoint`; `eval_only` reads that, or the logdir's newest
+    agent save, and its own step (ckpt/eval)."""
+    if trust_pickle(args):
+        return
+    logdir = elements.Path(args.logdir)
+    replica = replica_of(args)
+    folders = []
+    if eval_only:
+        source = args.get('from_checkpoint') or logdir
+        try:
+            folders.append(agent_save_folder(source))
+        except FileNotFoundError:
+            pass
+        tags = cplib.list_tags(logdir / 'ckpt' / 'eval')
+        if tags:
+            folders.append(logdir / 'ckpt' / 'eval' / f'{tags[-1]:012d}')
+    else:
+        tag = resume_tag(logdir, report=False, replica=replica, agree=False)
+        if tag is not None:
+            folders += [directory(logdir, role, replica) / f'{tag:012d}'
+                        for role in ROLES]
+        elif args.get('from_checkpoint'):
+            try:
+                folders.append(agent_save_folder(args.from_checkpoint))
+            except FileNotFoundError:
+                pass  # The run's own check names it.
+    for folder in folders:
+        found = cplib.pickle_files(folder)
+        if found:
+            raise cplib.PickleSave(found[0], cplib.TRUST_KEY, resaved=True)
 
 
 def resume_tag(logdir, report=True, replica=None, agree=True):

@@ -3,6 +3,8 @@ script of your own (docs/your-policy.md):
 
     python examples/policy/cartpole_policy.py LOGDIR [ENVS]
 
+LOGDIR is the run's logdir, or the one file `python -m embodied.export`
+wrote from it.
 Steps ENVS envs (default 2) side by side with one policy, until each has
 finished an episode, and prints each env's first episode.
 """

@@ -1,6 +1,7 @@
 """Damaged saves on resume: named, skipped, and the run resumes from the
 newest complete save common to every role."""
 
+import json
 import os
 import pickle
 import re
@@ -45,16 +46,18 @@ def save_run(logdir, tags, keep=3):
             cp.save(tag)
 
 
-def save_file(logdir, role, tag):
-    return logdir / 'ckpt' / role / f'{tag:012d}' / f'{role}.pkl'
+def save_file(logdir, role, tag, suffix='json'):
+    return logdir / 'ckpt' / role / f'{tag:012d}' / f'{role}.{suffix}'
 
 
+@pytest.mark.parametrize('suffix', ['json', 'safetensors'])
 @pytest.mark.parametrize('role', saving.ROLES)
 @pytest.mark.parametrize('cut', ['truncate', 'delete', 'empty'])
-def test_damaged_newest_save_is_named_and_skipped(tmp_path, capsys, role, cut):
+def test_damaged_newest_save_is_named_and_skipped(
+        tmp_path, capsys, role, cut, suffix):
     logdir = tmp_path / 'run'
     save_run(logdir, [100, 200, 300])
-    damaged = save_file(logdir, role, 300)
+    damaged = save_file(logdir, role, 300, suffix)
     if cut == 'truncate':
         os.truncate(damaged, 58)
     elif cut == 'delete':
@@ -106,23 +109,60 @@ def test_unused_save_goes_once_every_kept_save_is_newer(tmp_path):
             f'{t:012d}' for t in (320, 350, 380)]
 
 
+def save_pickles(logdir, tags):
+    """Saves of every role as versions before the new format wrote them:
+    one pickle per entry, a `done` manifest of their sizes."""
+    for tag in tags:
+        for role in saving.ROLES:
+            folder = logdir / 'ckpt' / role / f'{tag:012d}'
+            folder.mkdir(parents=True)
+            content = pickle.dumps({'value': tag, 'pad': b'x' * 200})
+            (folder / f'{role}.pkl').write_bytes(content)
+            (folder / 'done').write_text(
+                json.dumps({'files': {f'{role}.pkl': len(content)}}))
+
+
 def test_save_older_than_the_manifest_is_checked_by_its_pickle_end(tmp_path):
     logdir = tmp_path / 'run'
-    save_run(logdir, [100, 200])
+    save_pickles(logdir, [100, 200])
     for role in saving.ROLES:  # As written before the manifest existed.
         (logdir / 'ckpt' / role / f'{200:012d}' / 'done').write_bytes(b'')
     assert saving.resume_tag(logdir) == 200
-    os.truncate(save_file(logdir, 'agent', 200), 58)
+    os.truncate(logdir / 'ckpt' / 'agent' / f'{200:012d}' / 'agent.pkl', 58)
     assert saving.resume_tag(logdir) == 100
+
+
+def test_save_without_its_manifest_is_checked_by_its_headers(tmp_path):
+    # A manifest lost (emptied by hand): a cut array file still shows, by
+    # the length its header gives, and a cut JSON file by its end.
+    logdir = tmp_path / 'run'
+    save_run(logdir, [100, 200, 300])
+    for tag in (200, 300):
+        for role in saving.ROLES:
+            (logdir / 'ckpt' / role / f'{tag:012d}' / 'done').write_bytes(b'')
+    assert saving.resume_tag(logdir) == 300
+    os.truncate(save_file(logdir, 'agent', 300, 'safetensors'), 120)
+    assert saving.resume_tag(logdir) == 200
+    path = save_file(logdir, 'logger', 200)
+    os.truncate(path, os.path.getsize(path) - 2)
+    assert saving.resume_tag(logdir) == 100
+
+
+def garbled(content):
+    """A save's JSON of the same size that reads as no save."""
+    assert b'"embodied.save"' in content
+    return content.replace(b'"embodied.save"', b'"embodied.xxxx"')
 
 
 def test_unreadable_file_is_named_when_loaded(tmp_path):
     cp = cplib.Checkpoint(tmp_path / 'ckpt')
     cp.agent = Value(1)
     cp.save(5)
-    path = tmp_path / 'ckpt' / f'{5:012d}' / 'agent.pkl'
-    data = path.read_bytes()
-    path.write_bytes(b'\x80\x05garbage' + data[-1:])  # Same end, bad body.
+    path = tmp_path / 'ckpt' / f'{5:012d}' / 'agent.json'
+    # Whole JSON of the same size, but not what the save wrote (a hand
+    # edit): only reading it shows.
+    path.write_bytes(garbled(path.read_bytes()))
+    assert cplib.damage(tmp_path / 'ckpt' / f'{5:012d}') is None
     with pytest.raises(cplib.DamagedCheckpoint, match=re.escape(str(path))):
         cp.load(5)
     assert cp.tags() == []  # Set aside: the next start skips it.
@@ -185,8 +225,7 @@ def test_parallel_unreadable_save_fails_naming_file_then_resumes(tmp_path):
     run_to_end(logdir, '--run.steps', '400', *flags, name='second')
     newest, older = launch.saved_tags(logdir, 'agent')[-2:][::-1]
     path = save_file(logdir, 'agent', newest)
-    data = path.read_bytes()  # Same size and last byte, a garbled body.
-    path.write_bytes(b'\x80\x05' + b'\xff' * (len(data) - 3) + data[-1:])
+    path.write_bytes(garbled(path.read_bytes()))
     output = run_failing(logdir, '--run.steps', str(newest + 150), *flags,
                          name='third')
     assert str(path) in output

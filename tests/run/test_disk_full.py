@@ -33,7 +33,7 @@ def full(path='/x/file'):
 
 def test_find_reads_errors_that_crossed_a_process():
     from embodied import rpc
-    error = full('/data/run/ckpt/replay/000000000100/replay.pkl')
+    error = full('/data/run/ckpt/replay/000000000100/replay.json')
     remote = rpc.RemoteError(f'Replay.save failed: OSError: {error}')
     found = diskfull.find(remote)
     assert (found.errno, found.filename) == (errno.ENOSPC, error.filename)
@@ -106,7 +106,7 @@ def test_save_that_finds_no_room_leaves_the_older_save(tmp_path, monkeypatch):
         cp.save(200)
     # Named by the file the save writes, not its temporary folder.
     assert info.value.filename == str(tmp_path / 'ckpt' / '000000000200' /
-                                      'agent.pkl')
+                                      'agent.safetensors')
     assert cp.tags() == [100]
     assert os.listdir(tmp_path / 'ckpt') == ['000000000100']
 
@@ -142,7 +142,7 @@ def test_train_with_a_full_disk_ends_with_one_line_and_resumes(
     saves = []
 
     def full_on_second_replay_save(filename, content, shown=None):
-        if (shown or filename).endswith('replay.pkl'):
+        if (shown or filename).endswith('replay.json'):
             saves.append(shown)
             if len(saves) == 2:
                 raise full(shown)

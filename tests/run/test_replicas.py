@@ -261,10 +261,10 @@ def test_two_by_two_devices_equal_one_by_four(tmp_path):
 
 def final_own_step(logdir, replica):
     """A replica's own env step in its newest logger save."""
-    import pickle
+    from embodied.core import checkpoint as cplib
     tag = max(launch.saved_tags(logdir, f'logger/{replica}'))
-    path = logdir / 'ckpt' / 'logger' / replica / f'{tag:012d}' / 'step.pkl'
-    return int(pickle.loads(path.read_bytes()))
+    path = logdir / 'ckpt' / 'logger' / replica / f'{tag:012d}'
+    return int(cplib.read_entry(path, 'step'))
 
 
 def test_hosts_page_commands_give_each_replica_its_index(monkeypatch):

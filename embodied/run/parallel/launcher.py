@@ -64,6 +64,7 @@ def combined(
         args = args.update(secret=creds.for_workers().encode())
     if args.get('from_checkpoint') and saving.resume_tag(args.logdir, report=False) is None:
         saving.agent_save_folder(args.from_checkpoint)
+    saving.refuse_pickles(args)  # Before any worker starts.
     auto = any('{auto}' in str(args[k]) for k in roles.ADDR_KEYS)
     for attempt in range(PORT_ATTEMPTS):
         filled = rpc.addresses.fill_auto(

@@ -64,7 +64,8 @@ def parallel_learner(agent, barrier, args):
     replicas = ReplicaSync(args, link, tag)
     if args.from_checkpoint and not replicas.replicated:
         saving.load_agent(
-            agent, args.from_checkpoint, args.from_checkpoint_regex)
+            agent, args.from_checkpoint, args.from_checkpoint_regex,
+            saving.trust_pickle(args))
     link.checkpoint = cp
 
     logger = connections.connect(

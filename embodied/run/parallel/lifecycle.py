@@ -36,6 +36,7 @@ from embodied.core import broken_streams
 from embodied.core import diskfull
 from embodied.core import linewise
 from embodied.core import outofmemory
+from embodied.core import savetree
 from embodied.run.parallel import connections
 from embodied.run import progress
 from embodied.run.parallel import roles
@@ -483,8 +484,8 @@ class Launcher:
 
     def _fail(self, error):
         """Ends the run for `error`, saving first what can be saved; after
-        a write that found no room or a device out of memory, stops every
-        role without a save."""
+        a write that found no room, a device out of memory or a save() no
+        save holds, stops every role without a save."""
         if _ends_unsaved(error):
             self._enter(State.FAILED)
             self._end_unsaved()
@@ -543,7 +544,8 @@ class Launcher:
         """Ends every role in the stop's order without saving: after a write
         found no room a save would not fit either, after a device ran out of
         memory the agent's state may be lost (train donates it), and the
-        saves on disk stay as they are. Roles already gone are skipped."""
+        saves on disk stay as they are (an agent whose save() no save holds
+        would fail again). Roles already gone are skipped."""
         for _, what, action in self._stop_steps(self.step, True, False):
             self._try(action, f'Could not {what}')
 
@@ -563,5 +565,7 @@ class Launcher:
 
 def _ends_unsaved(error):
     """Whether `error` ends the run without a save: a write that found no
-    room, or a device out of memory."""
-    return bool(diskfull.find(error) or outofmemory.find(error))
+    room, a device out of memory, or an agent whose save() no save holds
+    (`savetree.Unsavable`)."""
+    return bool(diskfull.find(error) or outofmemory.find(error)
+                or savetree.find(error))

@@ -181,7 +181,9 @@ class ReplayRole(control.RoleControl):
                               ('replay_eval', self.replay_eval)):
             try:
                 replay_files.prune(getattr(replay, 'directory', None),
-                                   self.checkpoint.directory, entry)
+                                   self.checkpoint.directory, entry,
+                                   getattr(self.checkpoint, 'trust_pickle',
+                                           False))
             except OSError as e:
                 print(f'Could not delete old {entry} chunk files: {e}',
                       flush=True)

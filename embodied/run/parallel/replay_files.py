@@ -10,27 +10,29 @@ each save:
     replay_files.prune(replay.directory, cp.directory, 'replay')
 
 Only saves still on disk count, so a crash-resume from the oldest kept save
-finds all its files. When a save cannot be read, nothing is deleted.
+finds all its files. Each save's index is read as the replay reads it
+(JSON, no pickle); one written as a pickle by an earlier version is read
+only with `trust_pickle` (`run.trust_pickle`). When a save cannot be read,
+nothing is deleted.
 """
 
 import os
-import pickle
 
 from embodied.core import checkpoint as cplib
 from embodied.core import chunk as chunklib
 
 
-def prune(replay_dir, checkpoint_dir, entry):
+def prune(replay_dir, checkpoint_dir, entry, trust_pickle=False):
     """Deletes the unneeded chunk files in `replay_dir`; returns how many.
     `entry` is the name the replay is saved under in each checkpoint."""
     if not replay_dir:
         return 0
     saves = []
     for tag in cplib.list_tags(checkpoint_dir):
-        path = os.path.join(str(checkpoint_dir), f'{tag:012d}', f'{entry}.pkl')
+        path = os.path.join(str(checkpoint_dir), f'{tag:012d}')
         try:
-            with open(path, 'rb') as f:
-                data = pickle.load(f)
+            data = cplib.read_entry(
+                path, entry, trust_pickle, report=False)
             saves.append((data['time'], set(data['chunks'])))
         except Exception:
             return 0  # An unknown or unreadable save: keep everything.

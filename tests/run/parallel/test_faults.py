@@ -7,7 +7,6 @@ on demand through `--env.dummy.fail_after N --env.dummy.fail_mode MODE`.
 """
 
 import os
-import pickle
 import random
 import re
 import shutil
@@ -370,11 +369,10 @@ def test_unreachable_remote_replay_ends_run_naming_address(tmp_path):
 
 
 def test_from_checkpoint_that_does_not_match_the_agent_is_named(tmp_path):
+    from embodied.core import checkpoint as cplib
     folder = tmp_path / 'other' / '000000000001'
-    folder.mkdir(parents=True)
-    with open(folder / 'agent.pkl', 'wb') as f:
-        pickle.dump({'counters': {'weights_of_another_agent': 1}}, f)
-    (folder / 'done').write_bytes(b'')
+    cplib.write(folder, {'agent': lambda: {
+        'counters': {'weights_of_another_agent': 1}}})
     output = run_failing(
         tmp_path / 'run', *FAST, '--run.from_checkpoint', folder)
     assert f'run.from_checkpoint {folder} does not match the agent: ' in output
