@@ -122,8 +122,10 @@ def test_tiny_reproduction_prints_the_table_and_a_rerun_skips(tmp_path):
         rows = [json.loads(line) for line in open(
             logdir / f'{seed}-dmc_cartpole_balance-dreamerv3-{seed}' /
             'scores.jsonl')]
-        # The reset record counts: the episode's score is at step 1001.
-        assert [row['step'] for row in rows] == [1001], rows
+        # The reset record counts: the episode's score is at step 1001 or,
+        # as the parallel logger counts the transitions it has received when
+        # it writes the score, a few steps later on a busy machine.
+        assert len(rows) == 1 and 1001 <= rows[0]['step'] <= 1001 + 32, rows
         scores[seed] = rows[0]['episode/score']
     first = [r.ys[0] for r in published.load('dmc_proprio')
              if r.task == 'dmc_cartpole_balance']
