@@ -81,7 +81,10 @@ def test_train_then_eval_only_from_its_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_train_eval(tmp_path):
     logdir = tmp_path / 'run'
-    run('--configs', 'debug', '--script', 'train_eval', *QUICK,
+    # Metrics on every round of env steps (log_every < 0): the periodic
+    # ones (replay_eval, usage) are written however fast the run goes.
+    run('--configs', 'debug', '--script', 'train_eval',
+        '--run.steps', str(STEPS), '--run.log_every', '-1',
         '--run.report_every', '1', '--logdir', logdir)
     rows = launch.metrics(logdir)
     assert any('eval_episode/score' in row for row in rows)

@@ -281,7 +281,7 @@ def launch_ports(count):
 
 
 @pytest.mark.parametrize('taken', [1, 2])
-def test_taken_auto_port_is_retried(monkeypatch, taken):
+def test_taken_auto_port_is_retried(monkeypatch, tmp_path, taken):
     """A port another program takes between choosing and binding makes the
     launch retry with fresh ports instead of failing."""
     from embodied.rpc import addresses
@@ -313,7 +313,8 @@ def test_taken_auto_port_is_retried(monkeypatch, taken):
     import elements
     args = elements.Config(
         envs=2, actor_batch=-1, actor_addr='localhost:{auto}',
-        replay_addr='localhost:{auto}', logger_addr='localhost:{auto}')
+        replay_addr='localhost:{auto}', logger_addr='localhost:{auto}',
+        logdir=str(tmp_path))
     result = launcher.combined(
         *[lambda *a: None] * 7, args)
     assert result == 'done'
