@@ -19,7 +19,9 @@ formats so that a busy machine weighs on both alike:
   revision's `embodied/core/checkpoint.py` (loaded from `git archive
   --old`) and with this tree's;
 - restore: `checkpoint.read` of the folder just written, back to a dict of
-  numpy arrays (from the page cache: the file was just written).
+  numpy arrays, in a fresh process as a resume reads it (one that restored
+  before reuses the memory it freed), from the page cache (the files were
+  just written).
 
 What the agent adds on either side, `jax.device_get` in `save()` and
 `jax.device_put` in `load()`, is the same for both formats and left out.
@@ -36,6 +38,7 @@ import os
 import pathlib
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,11 +66,16 @@ def make_parser():
                         help='where the saves are written (default: a '
                         'temporary folder)')
     parser.add_argument('--markdown', default='')
+    # One restore in a process of its own (see `restore_seconds`).
+    parser.add_argument('--restore', default='', help=argparse.SUPPRESS)
+    parser.add_argument('--tree', default='', help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv=None):
     args = make_parser().parse_args(argv)
+    if args.restore:
+        return restore_child(args.restore, args.tree)
     from embodied.perf import param_transfer
     unknown = [s for s in args.sets if s not in param_transfer.SETS]
     if unknown:
@@ -105,7 +113,13 @@ def main(argv=None):
 def load_old_checkpoint(revision, folder):
     """`embodied/core/checkpoint.py` of git `revision` (with the modules it
     imports from its package), as a module beside this tree's."""
-    tree = revisions.export(revision, folder)
+    return checkpoint_module(revisions.export(revision, folder))
+
+
+def checkpoint_module(tree):
+    """`embodied/core/checkpoint.py` of the exported `tree`, as a module
+    beside this tree's."""
+    tree = pathlib.Path(tree)
     package = types.ModuleType('_old_core')
     package.__path__ = [str(tree / 'embodied' / 'core')]
     sys.modules['_old_core'] = package
@@ -153,17 +167,46 @@ def measure(modules, data, folder, repeats):
             times[f'{name} save'].append(time.perf_counter() - start)
             sizes[name] = sum(
                 os.path.getsize(path / f) for f in os.listdir(path)) / 2**20
-            loaded = []
-            start = time.perf_counter()
-            module.read(path, {'agent': loaded.append})
-            times[f'{name} restore'].append(time.perf_counter() - start)
-            assert loaded[0].keys() == data.keys()
-            del loaded
+            times[f'{name} restore'].append(
+                restore_seconds(module, path, len(data)))
             shutil.rmtree(path)
     figures = {k: statistics.median(v) for k, v in times.items()}
     figures.update({f'{k} min': min(v) for k, v in times.items()})
     figures.update({f'{n} files': v for n, v in sizes.items()})
     return figures
+
+
+def restore_seconds(module, path, count):
+    """Seconds of `module.read` of the save `path` in a fresh process, as
+    a resume reads it (a process that restored before would reuse the
+    memory it freed)."""
+    tree = getattr(module, '__file__', '')
+    tree = '' if module.__name__.startswith('embodied.') else str(
+        pathlib.Path(tree).parents[2])
+    result = subprocess.run(
+        [sys.executable, '-m', 'devtools.save_format', '--restore', str(path),
+         '--tree', tree], cwd=ROOT, capture_output=True, text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(ROOT), os.environ.get('PYTHONPATH', '')])))
+    if result.returncode:
+        raise RuntimeError(f'restore of {path} failed: {result.stderr}')
+    seconds, entries = result.stdout.split()[-2:]
+    assert int(entries) == count, (entries, count)
+    return float(seconds)
+
+
+def restore_child(path, tree):
+    """Prints the seconds of one read of the save `path` and its entries:
+    with the checkpoint module of the exported `tree`, or this tree's."""
+    if tree:
+        module = checkpoint_module(tree)
+    else:
+        from embodied.core import checkpoint as module
+    loaded = []
+    start = time.perf_counter()
+    module.read(path, {'agent': loaded.append})
+    print(time.perf_counter() - start, len(loaded[0]))
+    return 0
 
 
 def export_size(blocks, shapes, policy_keys, file):
