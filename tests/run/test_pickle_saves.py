@@ -162,3 +162,41 @@ def test_load_policy_and_export_read_a_pickle_save_only_when_trusted(
     result = subprocess.run(export + ['--trust_pickle'], env=launch.env(),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and file.exists(), result.stderr[-2000:]
+
+
+SET_AGENT = '''
+from embodied.agents.testing import TestAgent
+
+
+class KeepsASet(TestAgent):
+
+    def save(self):
+        data = super().save()
+        data['counters']['seen'] = {1, 2}
+        return data
+'''
+
+
+@pytest.mark.parametrize('script', [
+    'train', pytest.param('parallel', marks=pytest.mark.slow)])
+def test_agent_whose_save_needs_a_pickle_ends_the_run_in_one_line(
+        tmp_path, script):
+    (tmp_path / 'i61_agents.py').write_text(SET_AGENT)
+    env = launch.env()
+    env['PYTHONPATH'] = os.pathsep.join([str(tmp_path), env['PYTHONPATH']])
+    logdir = tmp_path / 'run'
+    result = subprocess.run(launch.command(
+        '--configs', 'debug', '--task', 'dummy_disc', '--agent_impl',
+        'i61_agents:KeepsASet', '--script', script, '--run.steps', '200',
+        '--run.envs', '2', '--run.actor_batch', '1', '--run.eval_envs', '0',
+        '--logdir', logdir), cwd=launch.ROOT, env=env, capture_output=True,
+        text=True, timeout=300)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert lines == [
+        "error: Cannot save 'agent' entry 'counters/seen': it is a "
+        "builtins.set, which a save holds only as a pickle. save() may "
+        "return numpy arrays, numbers, strings, bytes, None, and lists, "
+        "tuples and dicts of them."], result.stderr
+    assert 'Traceback' not in result.stdout
+    assert saving.resume_tag(logdir, report=False) is None  # No save.
