@@ -298,8 +298,11 @@ def _enable_cache(jax, logdir):
     `filelock` package is installed, the least recently used entries go once
     it holds more than $EMBODIED_JAX_CACHE_GB (default 4) GiB; without it
     JAX cannot evict and the folder grows until deleted. On a GPU the folder
-    also keeps the autotuner's results (see `_enable_xla_caches`).
+    also keeps the autotuner's results (see `_enable_xla_caches`). Every
+    replica of a run writes its programs there, not only replica 0 (see
+    `_every_process_writes`).
     """
+    _every_process_writes()
     current = jax.config.jax_compilation_cache_dir
     if current:
         return current
@@ -337,6 +340,52 @@ def _enable_xla_caches(jax):
     if name not in jax.config.values or name.upper() in os.environ:
         return
     jax.config.update(name, XLA_CACHES)
+
+
+def _every_process_writes():
+    """Lets the process of every replica write what it compiles to the
+    cache. JAX writes only process 0's programs (so that hosts do not
+    contend for one remote folder), yet the other replicas cannot load
+    those: on CPU a program's key holds its process's own devices, and the
+    programs of a replica's own devices (its policy) name them anywhere.
+    Without this, every replica but 0 compiles all of its programs anew at
+    each launch, a resume or a requeued job too. Wraps `_cache_write` of
+    `jax._src.compiler` where its arguments are the known ones; process
+    0's writes and JAX's other rules (host callbacks, the minimum compile
+    time) stay JAX's."""
+    import inspect
+    from jax._src import compilation_cache
+    from jax._src import compiler
+    from jax._src import distributed
+    original = getattr(compiler, '_cache_write', None)
+    if original is None or getattr(original, 'every_process', False):
+        return
+    expected = ['cache_key', 'compile_time_secs', 'module_name', 'backend',
+                'executable', 'host_callbacks']
+    if (list(inspect.signature(original).parameters) != expected
+            or not hasattr(compilation_cache, 'put_executable_and_time')):
+        return
+
+    def write(cache_key, compile_time_secs, module_name, backend,
+              executable, host_callbacks):
+        import jax
+        minimum = jax.config.jax_persistent_cache_min_compile_time_secs
+        if (distributed.global_state.process_id in (0, None)
+                or host_callbacks or compile_time_secs < minimum):
+            return original(cache_key, compile_time_secs, module_name,
+                            backend, executable, host_callbacks)
+        try:
+            compilation_cache.put_executable_and_time(
+                cache_key, module_name, executable, backend,
+                int(compile_time_secs))
+        except Exception as e:  # As JAX: a failed write is no failed run.
+            import warnings
+            warnings.warn(
+                f'Error writing persistent compilation cache entry for '
+                f"'{module_name}': {type(e).__name__}: {e}")
+
+    write.every_process = True
+    compiler._cache_write = write
 
 
 def _cache_bytes():
