@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 import launch
 
 # One replica: joins the run, compiles a program over every replica's
@@ -70,6 +72,7 @@ def launch_replicas(tmp_path, cache):
     return results
 
 
+@pytest.mark.slow
 def test_every_replica_loads_its_programs_on_a_relaunch(tmp_path):
     cache = tmp_path / 'cache'
     first = launch_replicas(tmp_path, cache)
