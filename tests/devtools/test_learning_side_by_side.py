@@ -94,3 +94,29 @@ def test_analyze_says_plainly_where_the_ranges_part(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 1
     assert 'does NOT overlap the original\'s at env steps 2,000' in out
+
+
+def test_the_terminal_preset_changes_our_task_alone(tmp_path):
+    """`--preset cartpole_terminal`: the original's command line as in
+    `cartpole`; ours names the env whose time limit terminates."""
+    preset = side.PRESETS['cartpole_terminal']
+    theirs, _ = side.command('original', preset, 0, tmp_path / 'original-0',
+                             'python', str(tmp_path))
+    ours, _ = side.command('ours', preset, 0, tmp_path / 'original-0',
+                           'python', str(tmp_path))
+    assert theirs[2:] == side.command(
+        'original', side.PRESETS['cartpole'], 0, tmp_path / 'original-0',
+        'python', str(tmp_path))[0][2:]
+    at = ours.index('--task')
+    assert ours[at + 1] == 'devtools.cartpole_terminal:CartPole'
+    assert ours[at + 2:] == theirs[theirs.index('--task') + 2:]
+
+
+def test_the_time_limit_ends_the_episode_as_a_termination():
+    import gymnasium
+    from devtools import cartpole_terminal
+    env = cartpole_terminal.TruncationEnds(
+        gymnasium.make('CartPole-v1', max_episode_steps=3))
+    env.reset(seed=0)
+    ends = [env.step(step % 2)[2:4] for step in range(3)]
+    assert ends == [(False, False), (False, False), (True, False)]
