@@ -85,7 +85,6 @@ PRESETS['cartpole_terminal'] = {
     'ours': PRESETS['cartpole'].replace(
         '--task gym_CartPole-v1', '--task devtools.cartpole_terminal:CartPole'),
 }
-FLAGS = PRESETS['cartpole']
 
 
 def side_flags(flags, side):

@@ -180,9 +180,9 @@ def restore_seconds(module, path, count):
     """Seconds of `module.read` of the save `path` in a fresh process, as
     a resume reads it (a process that restored before would reuse the
     memory it freed)."""
-    tree = getattr(module, '__file__', '')
+    # An exported revision's module lies at TREE/embodied/core/.
     tree = '' if module.__name__.startswith('embodied.') else str(
-        pathlib.Path(tree).parents[2])
+        pathlib.Path(module.__file__).parents[2])
     result = subprocess.run(
         [sys.executable, '-m', 'devtools.save_format', '--restore', str(path),
          '--tree', tree], cwd=ROOT, capture_output=True, text=True,
