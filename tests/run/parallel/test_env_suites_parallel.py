@@ -19,6 +19,11 @@ from embodied.core import chunk as chunklib
 
 os.environ.setdefault('MUJOCO_GL', 'egl')
 
+# DreamerV3's runs train a few updates: at the debug size an update on
+# 64x64 images takes about half a second on a CPU core, and the test needs
+# updates, not many (train ratio 8: one per 12 env steps of debug's 8 x 12
+# batches, instead of one per 3).
+FEW_UPDATES = ('--run.train_ratio', '8')
 SUITES = {
     # suite: (import, flags, steps replayed exactly[, agent]); run.steps counts frames
     # (action repeat). Crafter keeps each world chunk's objects in a set, so
@@ -38,15 +43,14 @@ SUITES = {
         '--env.dmc.use_seed', 'True'), None),
     'pinpad': ('numpy', (
         '--configs', 'debug', '--task', 'pinpad_three', '--run.steps', '300',
-        '--env.pinpad.length', '60', '--env.pinpad.use_seed', 'True'), None,
-        'dreamerv3'),
+        '--env.pinpad.length', '60', '--env.pinpad.use_seed', 'True',
+        *FEW_UPDATES), None, 'dreamerv3'),
     'memmaze': ('memory_maze', (
         '--configs', 'debug', '--task', 'memmaze_9x9', '--run.steps', '200',
-        '--env.memmaze.use_seed', 'True'), None, 'dreamerv3'),
+        '--env.memmaze.use_seed', 'True', *FEW_UPDATES), None, 'dreamerv3'),
     'loconav': ('dm_control.suite', (
         '--configs', 'loconav', 'debug', '--run.steps', '200',
-        '--run.train_ratio', '32', '--env.loconav.use_seed', 'True'), None,
-        'dreamerv3'),
+        '--env.loconav.use_seed', 'True', *FEW_UPDATES), None, 'dreamerv3'),
     # procgen-gym installs on Python >= 3.13 only: not in CI (3.11).
     'procgen': ('procgen_gym', (
         '--configs', 'procgen', 'debug', '--run.steps', '300',
