@@ -59,7 +59,8 @@ def job_env(cluster, tmp_path, **extra):
         f'export PATH={pathlib.Path(sys.executable).parent}:$PATH\n')
     env = launch.env()
     env.update(SLURM_CONF=cluster.env['SLURM_CONF'], VENV=str(venv),
-               TASK='dummy_disc', **extra)
+               TASK='dummy_disc')
+    env.update(extra)
     return env
 
 
@@ -138,10 +139,10 @@ def test_replicas_recipe_saves_at_one_tag_requeues_and_resumes(
     (to the batch shell) once both trained, not at a time, as compiling
     takes longer on some machines than on others."""
     from tests.run.test_replica_stop import LOSS
-    from tests.run.test_replicas import common_tag, free_port
+    from tests.run.test_replicas import TASK, common_tag, free_port
     logdir = tmp_path / 'run'
     out = tmp_path / 'job.out'
-    env = job_env(cluster, tmp_path, LOGDIR=str(logdir),
+    env = job_env(cluster, tmp_path, LOGDIR=str(logdir), TASK=TASK,
                   COORDINATOR_PORT=str(free_port()))
     job = cluster.sbatch(
         '--nodes=1', '--ntasks-per-node=2', '--gpus-per-node=0', '--mem=2G',

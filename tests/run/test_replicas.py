@@ -18,9 +18,15 @@ def free_port():
         return sock.getsockname()[1]
 
 
+# The replicas' task: vector observations, so that compiling and training
+# the debug DreamerV3 take no CNN (what replicas change does not depend on
+# the observations; devtools/replica_bench trains on images).
+TASK = 'cartpole_balance'
+
+
 def replica_flags(logdir, replica, port, *extra, replicas=2):
     return (
-        '--configs', 'debug', '--task', 'dummy_disc', '--logdir', logdir,
+        '--configs', 'debug', '--task', TASK, '--logdir', logdir,
         '--replica', replica, '--replicas', replicas,
         '--jax.coordinator_address', f'127.0.0.1:{port}',
         '--jax.mock_devices', 2, '--jax.train_devices', 0, 1,
