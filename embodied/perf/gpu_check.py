@@ -60,10 +60,10 @@ least 85% of standalone, the policy batch at most 2x the policy alone
 p50 at batch 16), the GPU busy at least 90%, env steps/s (steady) at
 least 1.3x the thread mode's.
 
-`--quick` runs the same steps at `debug` on the dummy task with 4 envs and
-short runs that stop at an env step count rather than after seconds, so a
-slow compile on a busy machine cannot use up the run (the CI test runs it
-on CPU). Its "default size" launch is at those same configs, so it starts
+`--quick` runs the same steps at `debug` on a vector task
+(`cartpole_balance`: no CNN to compile on a CPU) with 4 envs and short runs
+that stop at an env step count rather than after seconds, so a slow compile
+on a busy machine cannot use up the run (the CI test runs it on CPU). Its "default size" launch is at those same configs, so it starts
 on the runs' warm cache instead of an empty one: a second cold compile of
 the same programs would show nothing the first did not.
 With `--quick` the mode runs are resumes to a step count too.
@@ -92,8 +92,10 @@ from embodied.perf import throughput
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
 # The task of every step with --quick: agent_speed and the probe then find
-# on the warm cache the programs the parallel runs compiled.
-QUICK_TASK = 'dummy_disc'
+# on the warm cache the programs the parallel runs compiled. Vector
+# observations: at `debug` on a CPU, a CNN's compile and updates would be
+# most of the check's minutes and show nothing the steps do not.
+QUICK_TASK = 'cartpole_balance'
 
 
 def make_parser():
@@ -101,7 +103,7 @@ def make_parser():
         description=' '.join(__doc__.split('\n\n')[0].split()),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument('--quick', action='store_true',
-                        help='debug config, dummy task, short runs (CI)')
+                        help='debug config, a vector task, short runs (CI)')
     parser.add_argument('--configs', nargs='+', default=['atari', 'size12m'],
                         help='config blocks of the parallel runs and of '
                              'agent_speed')
@@ -243,7 +245,7 @@ def run_mode(args, platform, logdir, cache, mode, quick_steps):
 def agent_flags(args, platform):
     """The agent of agent_speed and the probe: `--configs` with XLA's
     optimizations on (`--jax.debug False`), as the parallel runs have
-    them; with `--quick`, the runs' dummy task and the `debug` block's own
+    them; with `--quick`, the runs' task and the `debug` block's own
     setting (optimizations off), so these steps too find the runs'
     programs cached."""
     quick = ['--task', QUICK_TASK] if args.quick else [
