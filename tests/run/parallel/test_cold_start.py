@@ -25,7 +25,7 @@ def test_cold_start_lines(tmp_path):
     proc = subprocess.Popen(
         launch.command(
             '--script', 'parallel', '--configs', 'debug', '--task',
-            'dummy_disc', '--run.envs', 2, '--run.eval_envs', 0,
+            'cartpole_balance', '--run.envs', 2, '--run.eval_envs', 0,
             '--run.wait_report', WAIT_REPORT, '--run.log_every', 1e9,
             '--run.save_every', 1e9, '--logdir', tmp_path / 'run'),
         cwd=launch.ROOT, env=env, stdout=subprocess.PIPE,
