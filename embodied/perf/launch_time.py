@@ -149,8 +149,10 @@ from embodied import main
 main.main(sys.argv[1:])
 '''
 
-QUICK = ['--configs', 'debug', '--task', 'dummy_disc', '--run.envs', '2',
-         '--run.eval_envs', '0', '--run.train_ratio', '32']
+# --quick: the debug config on a vector task, so that the CPU of CI
+# compiles and trains no CNN.
+QUICK = ['--configs', 'debug', '--task', 'cartpole_balance', '--run.envs',
+         '2', '--run.eval_envs', '0', '--run.train_ratio', '32']
 PATTERNS = {
     'first_env': r'First env step ([\d.]+) s after launch',
     'first_train': r'LAUNCH_TIME first train step ([\d.]+) s',
