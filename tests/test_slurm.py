@@ -241,3 +241,41 @@ def test_sweep_array_runs_its_elements_and_one_requeues_and_resumes(
     for run in runs:
         assert f'Skipping {run.name}: finished at step' in done, done
     assert 'Nothing to submit' in done, done
+
+
+
+# A test process that holds a cluster and dies before `stop()`: its daemons
+# (each leading a session of its own) end with it.
+HOLDER = """
+import sys, time
+import slurm_cluster
+with slurm_cluster.Cluster(sys.argv[1]) as cluster:
+    print(*(proc.pid for proc in cluster.procs.values()), flush=True)
+    time.sleep(600)
+"""
+
+
+def test_daemons_end_when_the_test_process_is_killed(tmp_path):
+    import psutil
+    why = slurm_cluster.missing() or slurm_cluster.install()
+    if why:
+        pytest.skip(f'No real Slurm here: {why}')
+    holder = subprocess.Popen(
+        [sys.executable, '-c', HOLDER, str(tmp_path / 'slurm')],
+        env=launch.env(), stdout=subprocess.PIPE, text=True)
+    daemons = []
+    try:
+        daemons = [psutil.Process(int(pid))
+                   for pid in holder.stdout.readline().split()]
+        assert len(daemons) == len(slurm_cluster.DAEMONS), daemons
+        holder.kill()
+        holder.wait()
+        _, alive = psutil.wait_procs(daemons, timeout=60)
+        assert not alive, alive
+    finally:
+        for proc in [holder, *daemons]:
+            try:
+                proc.kill()
+            except (ProcessLookupError, psutil.NoSuchProcess):
+                pass
+        holder.wait()

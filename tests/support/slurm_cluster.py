@@ -154,7 +154,7 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         log = open(self.folder / f'{name}.out', 'w')
         self.procs[name] = subprocess.Popen(
             command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            start_new_session=True, preexec_fn=_end_with_parent)
         log.close()
 
     def stop(self):
@@ -273,6 +273,18 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         """What `--signal=B:SIG@N` does at N s before the limit."""
         self.run('scancel', '--batch', f'--signal={signum.name[3:]}',
                  str(job))
+
+
+def _end_with_parent():
+    """In a daemon's child before exec: Linux sends it SIGTERM when the
+    test process dies, so a test killed before `stop()` (SIGKILL, a crash)
+    leaves no daemon behind. (A job running then, which slurmd starts
+    apart from itself, is left to end by its own time limit.)"""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def _zombie(pid):
