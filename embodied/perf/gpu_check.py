@@ -63,9 +63,10 @@ least 1.3x the thread mode's.
 `--quick` runs the same steps at `debug` on a vector task
 (`cartpole_balance`: no CNN to compile on a CPU) with 4 envs and short runs
 that stop at an env step count rather than after seconds, so a slow compile
-on a busy machine cannot use up the run (the CI test runs it on CPU). Its "default size" launch is at those same configs, so it starts
-on the runs' warm cache instead of an empty one: a second cold compile of
-the same programs would show nothing the first did not.
+on a busy machine cannot use up the run (the CI test runs it on CPU). Its
+"default size" launch is at those same configs, so it starts on the runs'
+warm cache instead of an empty one: a second cold compile of the same
+programs would show nothing the first did not.
 With `--quick` the mode runs are resumes to a step count too.
 `--markdown FILE` also writes the table.
 """

@@ -8,6 +8,7 @@ state, logs and sockets in one folder, stopped by pid.
         cluster.wait(lambda: cluster.state(job) == 'RUNNING')
 """
 
+import ctypes
 import fcntl
 import os
 import pathlib
@@ -154,7 +155,7 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         log = open(self.folder / f'{name}.out', 'w')
         self.procs[name] = subprocess.Popen(
             command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_end_with_parent)
+            start_new_session=True, preexec_fn=_end_with_parent())
         log.close()
 
     def stop(self):
@@ -276,12 +277,14 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 
 
 def _end_with_parent():
-    """In a daemon's child before exec: Linux sends it SIGTERM when the
-    test process dies, so a test killed before `stop()` (SIGKILL, a crash)
-    leaves no daemon behind. (A job running then, which slurmd starts
-    apart from itself, is left to end by its own time limit.)"""
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    """What a daemon's child runs before exec: Linux then sends the daemon
+    SIGTERM when the thread that started it (the test's) dies, so a test
+    killed before `stop()` (SIGKILL, a crash) leaves no daemon behind. (A
+    job running then, which slurmd starts apart from itself, is left to
+    end by its own time limit.) The libc call is looked up here, in the
+    test process: the child between fork and exec only calls it."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 PR_SET_PDEATHSIG = 1
