@@ -22,9 +22,9 @@ import time
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('PYTHONUNBUFFERED', '1')
-# The suite starts some 700 Python processes (launches and their workers)
-# from this checkout; without bytecode caching ($PYTHONDONTWRITEBYTECODE,
-# set on some CI machines) each compiles the package's sources anew, a
+# The suite starts hundreds of Python processes (launches and their
+# workers) from this checkout; where $PYTHONDONTWRITEBYTECODE is set (as on
+# the development machine) each compiles the package's sources anew, a
 # quarter of a worker's start (0.12 of 0.48 CPU-s).
 os.environ.pop('PYTHONDONTWRITEBYTECODE', None)
 sys.dont_write_bytecode = False
