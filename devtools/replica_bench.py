@@ -10,12 +10,13 @@ loopback (gloo collectives), over the updates after the first (which
 compiles). `exit after kill s` starts `--script train` as two replicas,
 SIGKILLs replica 1 once both train, and times replica 0's exit.
 
-    python -m devtools.replica_bench --worker REPLICA REPLICAS PORT DEVICES OUT [UPDATES]
+    python -m devtools.replica_bench --worker REPLICA REPLICAS PORT DEVICES OUT [UPDATES [TASK]]
 
 is one process of such a run: it feeds its rows of the global batches
 (replica r rows [r * 4 / replicas, ...)), prints `updates/s`, and writes
 `agent.save()` to OUT (.npz); `tests/run/test_replicas.py` compares those
-of 2 x 2 and 1 x 4.
+of 2 x 2 and 1 x 4. TASK (default dummy_disc, with its 64x64 image) gives
+the spaces of the batches.
 """
 
 import argparse
@@ -55,11 +56,12 @@ def batches(spaces, length, count):
 def worker(argv):
     replica, replicas, port, devices, out = argv[:5]
     updates = int(argv[5]) if len(argv) > 5 else 3
+    task = argv[6] if len(argv) > 6 else 'dummy_disc'
     replica, replicas, devices = int(replica), int(replicas), int(devices)
     from embodied import main as mainlib
     local = GLOBAL_BATCH // replicas
     flags = [
-        '--configs', 'debug', '--task', 'dummy_disc', '--logdir',
+        '--configs', 'debug', '--task', task, '--logdir',
         os.path.join(os.path.dirname(out), f'logdir{replicas}'),
         '--batch_size', str(local), '--batch_length', '8',
         '--report_length', '4', '--run.envs', '2', '--run.eval_envs', '0',
