@@ -56,8 +56,7 @@ class Optimizer(nj.Module):
             return loss, aux
 
         if nj.creating() and nj.context().ignore:
-            loss, params, grads, aux = self._create(
-                scaled_loss, *args, **kwargs)
+            return self._init_entries(scaled_loss, args, kwargs, has_aux)
         else:
             loss, params, grads, aux = nj.grad(
                 scaled_loss, self.modules, has_aux=True)(*args, **kwargs)
@@ -99,6 +98,21 @@ class Optimizer(nj.Module):
         metrics['param_count'] = jnp.array(list(counts.values()), f32).sum()
         metrics = {f'{self.name}/{k}': v for k, v in metrics.items()}
         return (metrics, aux) if has_aux else metrics
+
+    def _init_entries(self, scaled_loss, args, kwargs, has_aux):
+        """The agent's init (create and ignore): creates the parameters,
+        the optimizer's state and counters, and nothing else. The update
+        is not traced: its writes would be ignored and its metrics are not
+        read (half of what the init traced after the loss)."""
+        _, params, _, aux = self._create(scaled_loss, *args, **kwargs)
+        counts = {k: math.prod(v.shape) for k, v in params.items()}
+        print(self._summarize_params(counts, self.summary_depth))
+        self.sub('state', nj.Tree, self.opt.init, params).read()
+        self.step.read()
+        if self.scaling:
+            self.grad_scale.read()
+            self.good_steps.read()
+        return ({}, aux) if has_aux else {}
 
     def _create(self, lossfn, *args, **kwargs):
         """What `nj.grad` returns, in a trace that keeps only the entries
