@@ -63,9 +63,7 @@ class Optimizer(nj.Module):
         if self.scaling:
             loss = loss / self.grad_scale.read()
 
-        counts = {k: math.prod(v.shape) for k, v in params.items()}
-        if nj.creating():
-            print(self._summarize_params(counts, self.summary_depth))
+        counts = self._count(params)
 
         axes = utils.get_data_axes()
         if axes:
@@ -103,10 +101,9 @@ class Optimizer(nj.Module):
         """The agent's init (create and ignore): creates the parameters,
         the optimizer's state and counters, and nothing else. The update
         is not traced: its writes would be ignored and its metrics are not
-        read (half of what the init traced after the loss)."""
-        _, params, _, aux = self._create(scaled_loss, *args, **kwargs)
-        counts = {k: math.prod(v.shape) for k, v in params.items()}
-        print(self._summarize_params(counts, self.summary_depth))
+        read (it was about a fifth of the init's trace at `debug`)."""
+        params, aux = self._create(scaled_loss, *args, **kwargs)
+        self._count(params)
         self.sub('state', nj.Tree, self.opt.init, params).read()
         self.step.read()
         if self.scaling:
@@ -115,15 +112,15 @@ class Optimizer(nj.Module):
         return ({}, aux) if has_aux else {}
 
     def _create(self, lossfn, *args, **kwargs):
-        """What `nj.grad` returns, in a trace that keeps only the entries
-        it creates (create and ignore: the agent's init). The loss's forward
-        pass creates the parameters as `nj.grad`'s first pass does, drawing
-        the same seeds in the same order, so they come out the same; the
-        gradients are zeros, as no update is kept. The trace skips the
-        second forward and the backward pass (half the init's trace)."""
+        """The parameters and aux of `nj.grad`, in a trace that keeps only
+        the entries it creates (create and ignore: the agent's init). The
+        loss's forward pass creates the parameters as `nj.grad`'s first
+        pass does, drawing the same seeds in the same order, so they come
+        out the same. The trace skips the second forward and the backward
+        pass (half the init's trace)."""
         pure = nj.pure(lossfn, nested=True)
         args, kwargs = jax.tree.map(lambda x: x, (args, kwargs))
-        state, (loss, aux), accessed, _, created = pure(
+        state, (_, aux), accessed, _, created = pure(
             dict(nj.context()), *args, ignore=True, track=True,
             seed=nj.seed(None, True), **kwargs)
         nj.context().update({k: v for k, v in state.items() if k in created})
@@ -131,8 +128,14 @@ class Optimizer(nj.Module):
         prefixes = tuple(module.path + '/' for module in self.modules)
         params = {k: nj.context()[k] for k in nj.context()
                   if k.startswith(prefixes) and k in accessed}
-        grads = jax.tree.map(jnp.zeros_like, params)
-        return loss, params, grads, aux
+        return params, aux
+
+    def _count(self, params):
+        """Parameter counts by name; printed as a summary while creating."""
+        counts = {k: math.prod(v.shape) for k, v in params.items()}
+        if nj.creating():
+            print(self._summarize_params(counts, self.summary_depth))
+        return counts
 
     def _update_scale(self, finite):
         # After 1000 finite steps in a row the scale doubles; a non-finite

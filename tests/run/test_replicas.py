@@ -227,9 +227,10 @@ def test_kubernetes_recipe_gives_replica_count_and_coordinator(monkeypatch):
 
 @pytest.mark.slow
 def test_two_by_two_devices_equal_one_by_four(tmp_path):
-    """The same global batches (of the vector task) trained by 2 processes
-    x 2 devices and by 1 process x 4 devices: parameters bit-identical across the two replicas,
-    and equal to the single process's within float32 tolerance."""
+    """The same global batches (of the vector task) trained by 2
+    processes x 2 devices and by 1 process x 4 devices: parameters
+    bit-identical across the two replicas, and equal to the single
+    process's within float32 tolerance."""
     import numpy as np
     module = 'devtools.replica_bench'
     updates = 3  # The tool's default, given so that TASK can follow.
