@@ -341,53 +341,36 @@ def test_runs_under_script_with_debug_config(tmp_path, script, flags):
     assert tags and tags[-1] > 0, (tags, output[-4000:])
 
 
-def test_image_observations_train(tmp_path):
-    """CNN encoder, image decoder (MSE) and a continuous action head."""
-    from embodied.agents.dreamerv3 import Agent
+def test_image_and_large_integer_observations_train(tmp_path):
+    """One agent (built once: each build compiles its own train program):
+    a CNN encoder and image decoder (MSE) for `image`, a continuous action
+    head, and an int32 observation with no upper bound (`count`), which
+    must not become a one-hot input or a categorical output of 2^31
+    classes."""
     # Compiled as called: report, which this test never runs, is not built.
     config = make_config(tmp_path, '--jax.precompile', 'False')
-    obs_space = dict(OBS_SPACE, image=elements.Space(np.uint8, (32, 32, 3)))
+    obs_space = dict(
+        OBS_SPACE, image=elements.Space(np.uint8, (32, 32, 3)),
+        count=elements.Space(np.int32, (), 0))
     act_space = {'action': elements.Space(np.float32, (2,), -1, 1)}
     agent = make_agent(config, obs_space, act_space)
-    B, T = config.batch_size, config.batch_length + config.replay_context
-    rng = np.random.default_rng(0)
-    batch = make_batch(config)
-    batch['image'] = rng.integers(0, 255, (B, T, 32, 32, 3)).astype(np.uint8)
-    batch['action'] = rng.uniform(-1, 1, (B, T, 2)).astype(np.float32)
-    _, _, metrics = agent.train(agent.init_train(B), batch)
-    assert np.isfinite(metrics['loss/image']) and metrics['loss/image'] > 0
-    obs = dict(make_obs(2), image=np.zeros((2, 32, 32, 3), np.uint8))
-    _, act, _ = agent.policy(agent.init_policy(2), obs)
-    assert act['action'].shape == (2, 2) and act['action'].dtype == np.float32
-
-
-def test_large_integer_observation_is_read_as_a_number(tmp_path):
-    """An int32 observation with no upper bound (`count` here) must not
-    become a one-hot input or a categorical output of 2^31 classes."""
-    # Compiled as called: report, which this test never runs, is not built.
-    config = make_config(tmp_path, '--jax.precompile', 'False')
-    from embodied.agents.dreamerv3 import Agent
-    agent = make_agent(
-        config, {**OBS_SPACE, 'count': elements.Space(np.int32, (), 0)})
     assert agent.obs_space['count'].dtype == np.int32
     sizes = {k: v.size for k, v in agent.save().items()}
     assert max(sizes.values()) < 1e6, max(sizes.items(), key=lambda x: x[1])
     B, T = config.batch_size, config.batch_length + config.replay_context
     rng = np.random.default_rng(0)
-    batch = {}
-    spaces = {**agent.obs_space, **agent.act_space, **agent.ext_space}
-    for key, space in spaces.items():
-        shape = (B, T, *space.shape)
-        if space.dtype == bool:
-            batch[key] = np.zeros(shape, bool)
-        elif np.issubdtype(space.dtype, np.integer):
-            high = min(int(np.max(space.high)), 255)
-            batch[key] = rng.integers(0, high, shape).astype(space.dtype)
-        else:
-            batch[key] = rng.uniform(-1, 1, shape).astype(space.dtype)
+    batch = make_batch(config)
+    batch['image'] = rng.integers(0, 255, (B, T, 32, 32, 3)).astype(np.uint8)
+    batch['action'] = rng.uniform(-1, 1, (B, T, 2)).astype(np.float32)
     batch['count'] = np.arange(T, dtype=np.int32)[None].repeat(B, 0) + 10 ** 6
     _, _, metrics = agent.train(agent.init_train(B), batch)
-    assert np.isfinite(metrics['loss/count']) and metrics['loss/count'] > 0
+    for key in ('image', 'count'):
+        loss = metrics[f'loss/{key}']
+        assert np.isfinite(loss) and loss > 0, (key, loss)
+    obs = dict(make_obs(2), image=np.zeros((2, 32, 32, 3), np.uint8),
+               count=np.full(2, 10 ** 6, np.int32))
+    _, act, _ = agent.policy(agent.init_policy(2), obs)
+    assert act['action'].shape == (2, 2) and act['action'].dtype == np.float32
 
 
 RACE = '''
