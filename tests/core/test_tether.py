@@ -92,7 +92,6 @@ def test_sigkill_of_the_parent_ends_the_child_and_its_group(tmp_path, mode):
         assert seconds is not None, alive(pids)
         if mode == 'exit':  # SIGTERM first: the child noted it.
             assert (tmp_path / 'note').read_text() == 'SIGTERM\n'
-            assert seconds < 30
         else:  # A child that ignores it goes after the grace.
             assert seconds >= 1.5
             assert not (tmp_path / 'note').exists()
@@ -121,11 +120,9 @@ def test_end_sends_sigterm_first_then_kills_the_group(tmp_path):
         ['-c', CHILD, tmp_path / 'note', 'exit'], stdout=subprocess.PIPE,
         text=True)
     pids = [int(x) for x in proc.stdout.readline().split()]
-    start = time.monotonic()
-    # The child exits on the SIGTERM, well before the grace; the grandchild,
-    # which ignores it, is killed with the group.
+    # The child exits on the SIGTERM (0, not -SIGKILL: well before the
+    # grace); the grandchild, which ignores it, is killed with the group.
     assert tether.end(proc, grace=60) == 0
-    assert time.monotonic() - start < 60
     assert (tmp_path / 'note').read_text() == 'SIGTERM\n'
     assert wait_gone(pids, 5) is not None
     assert proc.lifeline is None
