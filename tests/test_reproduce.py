@@ -101,16 +101,19 @@ def test_page_commands_parse(tmp_path, capsys):
 @pytest.mark.slow
 def test_tiny_reproduction_prints_the_table_and_a_rerun_skips(tmp_path):
     """The dmc_proprio block at the debug size, one env, two seeds, each to
-    1100 env steps (one 1000-step episode: 1001 on the original's axis),
-    through the sweep; the table's row at the published 10000 is our seeds'
-    episodes against the published seeds' first bin."""
+    1100 env steps on the published axis, through the sweep; the table's
+    row at the published 10000 is our seeds' episodes against the
+    published seeds' first bin. With an action repeat of 4 (the axis
+    counts env.dmc.repeat) a run is 275 agent steps and its one episode
+    250 (1004 on the axis with the reset step): a quarter of the renders
+    and updates of repeat 1, the same table."""
     pytest.importorskip('dm_control.suite')
     logdir = tmp_path / 'sweep'
     flags = ('dmc_proprio', '--tasks', 'dmc_cartpole_balance', '--seeds', '0',
              '1', '--steps', '1100', '--configs', 'debug', '--timing_steps',
              '2', '--logdir', logdir, '--reps', '500', '--',
              '--run.envs', '1', '--run.eval_envs', '0', '--run.actor_batch',
-             '1', '--run.train_ratio', '8')
+             '1', '--run.train_ratio', '8', '--env.dmc.repeat', '4')
     code, out = run(*flags)
     assert code == 0, out[-4000:]
     assert 'Traceback' not in out, out[-4000:]
@@ -122,10 +125,12 @@ def test_tiny_reproduction_prints_the_table_and_a_rerun_skips(tmp_path):
         rows = [json.loads(line) for line in open(
             logdir / f'{seed}-dmc_cartpole_balance-dreamerv3-{seed}' /
             'scores.jsonl')]
-        # The reset record counts: the episode's score is at step 1001 or,
+        # The reset record counts: the episode's score is at step 1004 or,
         # as the parallel logger counts the transitions it has received when
-        # it writes the score, a few steps later on a busy machine.
-        assert len(rows) == 1 and 1001 <= rows[0]['step'] <= 1001 + 32, rows
+        # it writes the score, a few agent steps (4 on the axis each) later
+        # on a busy machine.
+        step = rows[0]['step']
+        assert len(rows) == 1 and 1004 <= step <= 1004 + 4 * 32, rows
         scores[seed] = rows[0]['episode/score']
     first = [r.ys[0] for r in published.load('dmc_proprio')
              if r.task == 'dmc_cartpole_balance']
