@@ -20,6 +20,7 @@ A replica that dies stops sending heartbeats; JAX's service notices after
 replica fails at once (`lost_replica_message` names it).
 """
 
+import faulthandler
 import json
 import os
 import sys
@@ -499,9 +500,22 @@ class Watchdog:
 
 
 def _die(message):
+    """Ends this replica at once with `message`, after the stack of every
+    thread: a replica that another one's watchdog found silent is
+    explained by where its threads were."""
     print(message, file=sys.stderr, flush=True)
+    _dump_threads(f'Replica {replica()} ends; its threads were at:')
     sys.stdout.flush()
     os._exit(1)
+
+
+def _dump_threads(title):
+    try:
+        fileno = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # A stderr without a file (replaced in-process).
+    print(title, file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(fileno, all_threads=True)
 
 
 def finish(timeout=600):

@@ -1,9 +1,12 @@
 """The parent of a replica's command: passes the child's exit code on,
 and names the lost replica when gloo or JAX ended the child by a signal;
-and the address gloo advertises."""
+a replica that ends itself shows its threads' stacks; and the address gloo
+advertises."""
 
 import socket
+import subprocess
 import sys
+import textwrap
 
 import elements
 import pytest
@@ -74,3 +77,26 @@ def test_gloo_advertises_the_address_that_reaches_the_coordinator():
         pytest.skip('no interface named lo')
     assert distributed.gloo_endpoint('127.0.0.1:1', 'lo') == {
         'interface': 'lo'}
+
+
+def test_a_replica_that_ends_itself_shows_where_its_threads_were():
+    # The watchdog's end of a replica (`distributed._die`) is the only
+    # trace a silent replica leaves: the stacks say where it was stuck.
+    code = textwrap.dedent('''
+        import threading
+        from embodied.jax import distributed
+        def stuck_in_a_wait(event):
+            event.wait()
+        event = threading.Event()
+        threading.Thread(target=stuck_in_a_wait, args=(event,)).start()
+        distributed._state.update(replica=1, replicas=2)
+        distributed._die('Replica 1: replica 0 of 2 was lost.')
+    ''')
+    result = subprocess.run(
+        child(code), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    err = result.stderr
+    assert err.startswith('Replica 1: replica 0 of 2 was lost.\n'), err
+    assert 'Replica 1 ends; its threads were at:' in err
+    assert 'in stuck_in_a_wait' in err and '(most recent call first)' in err
+    assert 'in _die' in err  # The main thread's stack as well.
