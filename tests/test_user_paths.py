@@ -85,7 +85,7 @@ def test_train_eval(tmp_path):
     # ones (replay_eval, usage) are written however fast the run goes.
     run('--configs', 'debug', '--script', 'train_eval',
         '--run.steps', str(STEPS), '--run.log_every', '-1',
-        '--run.report_every', '1', '--logdir', logdir)
+        '--run.report_every', '-1', '--logdir', logdir)
     rows = launch.metrics(logdir)
     assert any('eval_episode/score' in row for row in rows)
     # DreamerV3's train, report and eval metrics and the loop's: every key
