@@ -504,18 +504,16 @@ def _die(message):
     thread: a replica that another one's watchdog found silent is
     explained by where its threads were."""
     print(message, file=sys.stderr, flush=True)
-    _dump_threads(f'Replica {replica()} ends; its threads were at:')
-    sys.stdout.flush()
-    os._exit(1)
-
-
-def _dump_threads(title):
     try:
         fileno = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):
-        return  # A stderr without a file (replaced in-process).
-    print(title, file=sys.stderr, flush=True)
-    faulthandler.dump_traceback(fileno, all_threads=True)
+        fileno = None  # A stderr without a file (replaced in-process).
+    if fileno is not None:
+        print(f'Replica {replica()} ends; its threads were at:',
+              file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(fileno, all_threads=True)
+    sys.stdout.flush()
+    os._exit(1)
 
 
 def finish(timeout=600):
